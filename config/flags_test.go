@@ -1,0 +1,342 @@
+package config
+
+import (
+	goflag "flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// newFlagSet builds the flag set the way main does: our flags plus klog's
+// (--v, --vmodule, ...) from a Go flag set.
+func newFlagSet(t *testing.T) (*Options, *pflag.FlagSet) {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	o.AddFlags(fs)
+	gfs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
+	klog.InitFlags(gfs)
+	fs.AddGoFlagSet(gfs)
+	return o, fs
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kube-proxy-config.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFlagOverrides(t *testing.T) {
+	file := header + `clientConnection: {kubeconfig: /from/file}
+hostnameOverride: file-node
+mode: iptables
+iptables: {syncPeriod: 20s, minSyncPeriod: 2s}
+featureGates: {A: true, B: true}
+nodePortAddresses: [primary]
+logging: {vmodule: [{filePattern: file, verbosity: 1}]}
+`
+	tests := []struct {
+		name      string
+		file      string // "" runs without --config
+		args      []string
+		check     func(t *testing.T, c *KubeProxyConfiguration)
+		overrides []string
+	}{{
+		name: "no flags: the file as is",
+		file: file,
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			if c.HostnameOverride != "file-node" || c.ClientConnection.Kubeconfig != "/from/file" {
+				t.Errorf("got %q %q", c.HostnameOverride, c.ClientConnection.Kubeconfig)
+			}
+		},
+	}, {
+		name: "flags win over the file",
+		file: file,
+		args: []string{"--hostname-override= Node-B ", "--kubeconfig=/from/flag", "--iptables-sync-period=45s",
+			"--feature-gates=B=false,C=true", "--nodeport-addresses=10.0.0.0/8,localhost", "--masquerade-all",
+			"--healthz-bind-address=127.0.0.1", "--metrics-bind-address=[::1]:9999", "--conntrack-max-per-core=0"},
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			if c.HostnameOverride != "node-b" {
+				t.Errorf("hostnameOverride = %q, want trimmed and lower-cased node-b", c.HostnameOverride)
+			}
+			if c.ClientConnection.Kubeconfig != "/from/flag" {
+				t.Errorf("kubeconfig = %q", c.ClientConnection.Kubeconfig)
+			}
+			if c.IPTables.SyncPeriod.Duration != 45*time.Second || c.IPTables.MinSyncPeriod.Duration != 2*time.Second {
+				t.Errorf("iptables periods = %v %v, want 45s 2s", c.IPTables.SyncPeriod, c.IPTables.MinSyncPeriod)
+			}
+			if diff := cmp.Diff(map[string]bool{"A": true, "B": false, "C": true}, c.FeatureGates); diff != "" {
+				t.Errorf("featureGates (-want +got):\n%s", diff)
+			}
+			if !slices.Equal(c.NodePortAddresses, []string{"10.0.0.0/8", "localhost"}) || !c.IPTables.MasqueradeAll {
+				t.Errorf("nodePortAddresses %v masqueradeAll %v", c.NodePortAddresses, c.IPTables.MasqueradeAll)
+			}
+			if c.HealthzBindAddress != "127.0.0.1:10256" || c.MetricsBindAddress != "[::1]:9999" {
+				t.Errorf("healthz %q metrics %q", c.HealthzBindAddress, c.MetricsBindAddress)
+			}
+			if *c.Conntrack.MaxPerCore != 0 {
+				t.Errorf("conntrack.maxPerCore = %d, want 0", *c.Conntrack.MaxPerCore)
+			}
+		},
+		overrides: []string{"featureGates", "clientConnection.kubeconfig", "hostnameOverride", "healthzBindAddress",
+			"metricsBindAddress", "iptables.masqueradeAll", "iptables.syncPeriod", "nodePortAddresses", "conntrack.maxPerCore"},
+	}, {
+		name: "klog's -v and --vmodule fill logging",
+		file: file,
+		args: []string{"-v=4", "--vmodule=proxier=6"},
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			want := VModuleConfiguration{{FilePattern: "proxier", Verbosity: 6}, {FilePattern: "file", Verbosity: 1}}
+			if c.Logging.Verbosity != 4 || !slices.Equal(c.Logging.VModule, want) {
+				t.Errorf("logging = %+v", c.Logging)
+			}
+		},
+		overrides: []string{"logging.verbosity", "logging.vmodule"},
+	}, {
+		name: "an explicit zero min sync period is kept",
+		file: file,
+		args: []string{"--iptables-min-sync-period=0"},
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			if _, m := c.SyncPeriods(); m != 0 {
+				t.Errorf("minSyncPeriod = %v, want 0", m)
+			}
+		},
+		overrides: []string{"iptables.minSyncPeriod"},
+	}, {
+		name: "empty hostname-override is ignored, as upstream",
+		file: file,
+		args: []string{"--hostname-override="},
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			if c.HostnameOverride != "file-node" {
+				t.Errorf("hostnameOverride = %q", c.HostnameOverride)
+			}
+		},
+	}, {
+		name: "without --config: defaults plus flags",
+		args: []string{"--proxy-mode=ipvs", "--ipvs-scheduler=lc", "--ipvs-min-sync-period=3s", "--cluster-cidr=10.1.0.0/16,fd00::/64",
+			"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth", "--log-flush-frequency=2s",
+			"--conntrack-tcp-timeout-close-wait=0s", "--oom-score-adj=-500"},
+		check: func(t *testing.T, c *KubeProxyConfiguration) {
+			want := Default()
+			want.Mode = ModeIPVS
+			want.IPVS.Scheduler = "lc"
+			want.IPVS.MinSyncPeriod.Duration = 3 * time.Second
+			want.ClusterCIDR = "10.1.0.0/16,fd00::/64"
+			want.DetectLocalMode = LocalModeInterfaceNamePrefix
+			want.DetectLocal.InterfaceNamePrefix = "veth"
+			want.Logging.FlushFrequency.Duration.Duration = 2 * time.Second
+			want.Conntrack.TCPCloseWaitTimeout = &metav1.Duration{}
+			want.OOMScoreAdj = ptr[int32](-500)
+			if diff := cmp.Diff(want, c, cmpOpts); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		},
+		overrides: []string{"logging.flushFrequency", "mode", "ipvs.minSyncPeriod", "ipvs.scheduler", "detectLocalMode",
+			"detectLocal.interfaceNamePrefix", "clusterCIDR", "oomScoreAdj", "conntrack.tcpCloseWaitTimeout"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, fs := newFlagSet(t)
+			args := tt.args
+			if tt.file != "" {
+				args = append([]string{"--config=" + writeFile(t, tt.file)}, args...)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			c, err := o.Complete(fs)
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			tt.check(t, c)
+			if diff := cmp.Diff(tt.overrides, o.Overrides(fs)); diff != "" {
+				t.Errorf("Overrides (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		file     string
+		args     []string
+		parseErr string // substring of the fs.Parse error
+		want     []wantErr
+		wantFile bool // errors carry the config file name
+	}{
+		{name: "unsupported --healthz-port", args: []string{"--healthz-port=10256"}, parseErr: "--healthz-port is not supported by this kube-proxy: use --healthz-bind-address"},
+		{name: "unsupported flag without value", args: []string{"--metrics-port"}, parseErr: "use --metrics-bind-address"},
+		{name: "unsupported --windows-service", args: []string{"--windows-service"}, parseErr: "Windows-only"},
+		{name: "bad feature gate syntax", args: []string{"--feature-gates=A=maybe"}, parseErr: "not true or false"},
+		{name: "bad bit from a flag names the flag", args: []string{"--iptables-masquerade-bit=40"},
+			want: []wantErr{{0, "iptables.masqueradeBit", "(set by --iptables-masquerade-bit)"}}},
+		{name: "nftables from a flag", args: []string{"--proxy-mode=nftables"},
+			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs (set by --proxy-mode)"}}},
+		{name: "blank hostname", args: []string{"--hostname-override=   "},
+			want: []wantErr{{0, "hostnameOverride", "must not be blank (set by --hostname-override)"}}},
+		{name: "bad list element from a flag", args: []string{"--nodeport-addresses=primary,10.0.0.1"},
+			want: []wantErr{{0, "nodePortAddresses[1]", "(set by --nodeport-addresses)"}}},
+		{name: "file errors keep file and line, flag errors do not",
+			file: header + "oomScoreAdj: 5000\n", args: []string{"--conntrack-min=-1"},
+			want: []wantErr{{3, "oomScoreAdj", "[-1000, 1000]"}, {0, "conntrack.min", "(set by --conntrack-min)"}}, wantFile: true},
+		{name: "strict decoding errors are returned before flags apply",
+			file: header + "oomScoreAdj: 5000\nbogus: 1\n", args: []string{"--oom-score-adj=1"},
+			want: []wantErr{{4, "bogus", "unknown field"}}, wantFile: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, fs := newFlagSet(t)
+			args := tt.args
+			var path string
+			if tt.file != "" {
+				path = writeFile(t, tt.file)
+				args = append([]string{"--config=" + path}, args...)
+			}
+			err := fs.Parse(args)
+			if tt.parseErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.parseErr) {
+					t.Fatalf("Parse error = %v, want it to contain %q", err, tt.parseErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			_, err = o.Complete(fs)
+			if err == nil {
+				t.Fatal("Complete: no error")
+			}
+			got := fieldErrors(t, err)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d: %v", len(got), len(tt.want), err)
+			}
+			for i, w := range tt.want {
+				g := got[i]
+				wantFile := ""
+				if tt.wantFile && !strings.Contains(g.Msg, "(set by --") {
+					wantFile = path
+				}
+				if g.File != wantFile || g.Line != w.line || g.Field != w.field || !strings.Contains(g.Msg, w.msg) {
+					t.Errorf("error %d = %+v, want file %q line %d field %q msg ~%q", i, *g, wantFile, w.line, w.field, w.msg)
+				}
+			}
+		})
+	}
+}
+
+// TestFlagTable keeps the flag table, the registered flags and the struct in
+// step: every table entry is a flag (klog's --v/--vmodule come from main) and
+// names a real field, and every registered flag is accounted for.
+func TestFlagTable(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	known := map[string]bool{"config": true, "write-config-to": true, "cleanup": true, "init-only": true, "version": true, "master": true}
+	for _, u := range unsupportedFlags {
+		known[u.flag] = true
+	}
+	paths := map[string]bool{}
+	for _, p := range leafPaths() {
+		paths[p] = true
+	}
+	for _, ff := range fieldFlags {
+		known[ff.flag] = true
+		if ff.flag == "v" || ff.flag == "vmodule" {
+			if fs.Lookup(ff.flag) != nil {
+				t.Errorf("--%s must be left to klog", ff.flag)
+			}
+		} else if fs.Lookup(ff.flag) == nil {
+			t.Errorf("--%s is in the table but not registered", ff.flag)
+		}
+		if !paths[ff.field] {
+			t.Errorf("--%s maps to %q, which is not a field", ff.flag, ff.field)
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !known[f.Name] {
+			t.Errorf("--%s is registered but neither in the table nor a command flag", f.Name)
+		}
+	})
+}
+
+// TestWriteConfigRoundTrip is what --write-config-to does: the effective
+// config, marshaled, must load back to the same config.
+func TestWriteConfigRoundTrip(t *testing.T) {
+	o, fs := newFlagSet(t)
+	out := filepath.Join(t.TempDir(), "written.yaml")
+	args := []string{"--config=" + filepath.Join("testdata", "ipvs.yaml"), "--write-config-to=" + out,
+		"--ipvs-min-sync-period=0", "--feature-gates=LoggingAlphaOptions=true", "--log-text-split-stream", "--log-text-info-buffer-size=64Ki", "-v=3"}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.Complete(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.WriteConfigTo != out {
+		t.Fatalf("WriteConfigTo = %q", o.WriteConfigTo)
+	}
+	b, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(out)
+	if err != nil {
+		t.Fatalf("loading written config: %v\n%s", err, b)
+	}
+	if diff := cmp.Diff(c, back, cmpOpts); diff != "" {
+		t.Errorf("written config loads differently (-written +loaded):\n%s", diff)
+	}
+	if back.IPVS.MinSyncPeriod.Duration != 0 || back.Logging.Options.Text.InfoBufferSize.Value() != 64*1024 || back.Logging.Verbosity != 3 {
+		t.Errorf("flag values lost: %+v %+v", back.IPVS, back.Logging)
+	}
+}
+
+// TestCompleteRepeatable: main calls Complete again on SIGHUP; the second
+// call must see the file's new content and the same flags.
+func TestCompleteRepeatable(t *testing.T) {
+	o, fs := newFlagSet(t)
+	path := writeFile(t, header+"iptables: {syncPeriod: 10s}\n")
+	if err := fs.Parse([]string{"--config=" + path, "--feature-gates=GateX=true", "--hostname-override=n1"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := o.Complete(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(header+"iptables: {syncPeriod: 20s}\nfeatureGates: {GateY: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second, err := o.Complete(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.IPTables.SyncPeriod.Duration != 10*time.Second || second.IPTables.SyncPeriod.Duration != 20*time.Second {
+		t.Errorf("sync periods %v then %v, want 10s then 20s", first.IPTables.SyncPeriod, second.IPTables.SyncPeriod)
+	}
+	if diff := cmp.Diff(map[string]bool{"GateX": true, "GateY": true}, second.FeatureGates); diff != "" || second.HostnameOverride != "n1" {
+		t.Errorf("second load: gates (-want +got) %s, hostname %q", diff, second.HostnameOverride)
+	}
+	if _, ok := first.FeatureGates["GateY"]; ok {
+		t.Error("the first config was changed by the second Complete")
+	}
+	live, restart := ReloadPlan(first, second)
+	if !slices.Equal(live, []string{"iptables.syncPeriod"}) || !slices.Equal(restart, []string{"featureGates"}) {
+		t.Errorf("ReloadPlan = %v, %v", live, restart)
+	}
+}

@@ -1,0 +1,309 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+)
+
+// UpstreamVersion is the upstream kube-proxy release whose configuration
+// this package mirrors; showHiddenMetricsForVersion may only name the minor
+// release before it.
+const UpstreamVersion = "1.37"
+
+// Modes this kube-proxy can run.
+var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS}
+
+// ipvsSchedulers are the schedulers of the Linux IPVS module.
+var ipvsSchedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
+
+// Validate checks c, which should already be defaulted, with upstream's rules
+// plus this implementation's limits, and returns every problem found, joined
+// with errors.Join, each a *FieldError. It returns nil for a valid config.
+//
+// As upstream does, the settings of a mode section (ipvs.*, nftables.*) and
+// the sync periods are checked only for the selected mode, so a file with
+// leftovers of another mode still loads.
+func (c *KubeProxyConfiguration) Validate() error {
+	if errs := c.validate(); len(errs) > 0 {
+		return joinFieldErrors(errs)
+	}
+	return nil
+}
+
+type validator struct{ errs []*FieldError }
+
+func (v *validator) add(field, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *KubeProxyConfiguration) validate() []*FieldError {
+	v := &validator{}
+
+	if c.APIVersion != "" && c.APIVersion != APIVersion {
+		v.add("apiVersion", "%q is not supported; want %s", c.APIVersion, APIVersion)
+	}
+	if c.Kind != "" && c.Kind != Kind {
+		v.add("kind", "%q is not supported; want %s", c.Kind, Kind)
+	}
+
+	for name := range c.FeatureGates {
+		if strings.TrimSpace(name) == "" {
+			v.add("featureGates", "a feature gate name must not be empty")
+		}
+	}
+
+	cc := c.ClientConnection
+	if cc.QPS < 0 || math.IsNaN(float64(cc.QPS)) {
+		v.add("clientConnection.qps", "%v must not be negative", cc.QPS)
+	}
+	if cc.Burst < 0 {
+		v.add("clientConnection.burst", "%d must not be negative", cc.Burst)
+	}
+
+	c.validateLogging(v)
+
+	if parseIP(c.BindAddress) == nil {
+		v.add("bindAddress", "%q is not an IP address", c.BindAddress)
+	}
+	if c.HealthzBindAddress != "" {
+		if msg := validateHostPort(c.HealthzBindAddress); msg != "" {
+			v.add("healthzBindAddress", "%s", msg)
+		}
+	}
+	if msg := validateHostPort(c.MetricsBindAddress); msg != "" {
+		v.add("metricsBindAddress", "%s", msg)
+	}
+	if s := c.ShowHiddenMetricsForVersion; s != "" {
+		if prev := previousMinor(); s != prev {
+			v.add("showHiddenMetricsForVersion", "%q is not allowed: only the previous minor release, %q, may be given (or leave it empty)", s, prev)
+		}
+	}
+
+	c.validateMode(v)
+
+	if b := c.IPTables.MasqueradeBit; b != nil && (*b < 0 || *b > 31) {
+		v.add("iptables.masqueradeBit", "%d is out of range; must be within [0, 31]", *b)
+	}
+	switch c.Mode {
+	case ModeIPVS:
+		c.validateIPVS(v)
+	case ModeNFTables:
+		if b := c.NFTables.MasqueradeBit; b != nil && (*b < 0 || *b > 31) {
+			v.add("nftables.masqueradeBit", "%d is out of range; must be within [0, 31]", *b)
+		}
+	}
+	c.validateSyncPeriods(v)
+
+	c.validateDetectLocal(v)
+
+	seen := map[string]bool{}
+	for i, a := range c.NodePortAddresses {
+		f := indexPath("nodePortAddresses", i)
+		switch a {
+		case NodePortAddressesPrimary, NodePortAddressesLocalhost, NodePortAddressesAll:
+			if seen[a] {
+				v.add(f, "keyword %q is listed twice", a)
+			}
+			seen[a] = true
+			continue
+		}
+		if _, err := parseCIDR(a); err != nil {
+			v.add(f, "%s; entries must be CIDRs or one of the keywords %q, %q, %q", err, NodePortAddressesPrimary, NodePortAddressesLocalhost, NodePortAddressesAll)
+		}
+	}
+
+	if a := c.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
+		v.add("oomScoreAdj", "%d is out of range; must be within [-1000, 1000]", *a)
+	}
+
+	ct := c.Conntrack
+	if ct.MaxPerCore != nil && *ct.MaxPerCore < 0 {
+		v.add("conntrack.maxPerCore", "%d must not be negative (0 leaves the kernel's limit alone)", *ct.MaxPerCore)
+	}
+	if ct.Min != nil && *ct.Min < 0 {
+		v.add("conntrack.min", "%d must not be negative", *ct.Min)
+	}
+	v.nonNegative("conntrack.tcpEstablishedTimeout", ct.TCPEstablishedTimeout)
+	v.nonNegative("conntrack.tcpCloseWaitTimeout", ct.TCPCloseWaitTimeout)
+	v.nonNegative("conntrack.udpTimeout", &ct.UDPTimeout)
+	v.nonNegative("conntrack.udpStreamTimeout", &ct.UDPStreamTimeout)
+
+	if c.ConfigSyncPeriod.Duration <= 0 {
+		v.add("configSyncPeriod", "%s must be greater than 0", c.ConfigSyncPeriod.Duration)
+	}
+
+	if c.PortRange != "" {
+		if _, err := utilnet.ParsePortRange(c.PortRange); err != nil {
+			v.add("portRange", "%q is not a port range such as \"30000-32767\" or \"30000+2768\" (the field is unused)", c.PortRange)
+		}
+	}
+	return v.errs
+}
+
+func (v *validator) nonNegative(field string, d *metav1.Duration) {
+	if d != nil && d.Duration < 0 {
+		v.add(field, "%s must not be negative (0 leaves the kernel's value alone)", d.Duration)
+	}
+}
+
+func previousMinor() string {
+	var major, minor int
+	_, _ = fmt.Sscanf(UpstreamVersion, "%d.%d", &major, &minor)
+	return fmt.Sprintf("%d.%d", major, minor-1)
+}
+
+func (c *KubeProxyConfiguration) validateMode(v *validator) {
+	names := make([]string, len(supportedModes))
+	for i, m := range supportedModes {
+		names[i] = string(m)
+	}
+	runs := strings.Join(names, " or ")
+	switch c.Mode {
+	case "", ModeIPTables:
+	case ModeIPVS:
+		if on, set := c.FeatureGates["KubeProxyIPVS"]; set && !on {
+			v.add("mode", "ipvs mode needs the KubeProxyIPVS feature gate, which featureGates turns off")
+		}
+	case ModeNFTables, ModeKernelspace:
+		v.add("mode", "%q is an upstream kube-proxy mode that this kube-proxy does not implement; use %s", c.Mode, runs)
+	default:
+		v.add("mode", "unknown mode %q; must be %s (empty means iptables)", c.Mode, runs)
+	}
+}
+
+func (c *KubeProxyConfiguration) validateIPVS(v *validator) {
+	ipvs := c.IPVS
+	known := false
+	for _, s := range ipvsSchedulers {
+		if ipvs.Scheduler == s {
+			known = true
+		}
+	}
+	if !known && ipvs.Scheduler != "" {
+		v.add("ipvs.scheduler", "unknown IPVS scheduler %q; must be one of %s", ipvs.Scheduler, strings.Join(ipvsSchedulers, ", "))
+	}
+	for i, s := range ipvs.ExcludeCIDRs {
+		if _, err := parseCIDR(s); err != nil {
+			v.add(indexPath("ipvs.excludeCIDRs", i), "%s", err)
+		}
+	}
+	v.nonNegative("ipvs.tcpTimeout", &ipvs.TCPTimeout)
+	v.nonNegative("ipvs.tcpFinTimeout", &ipvs.TCPFinTimeout)
+	v.nonNegative("ipvs.udpTimeout", &ipvs.UDPTimeout)
+}
+
+// validateSyncPeriods checks the sync periods of the selected mode.
+func (c *KubeProxyConfiguration) validateSyncPeriods(v *validator) {
+	section := "iptables"
+	switch c.Mode {
+	case ModeIPVS:
+		section = "ipvs"
+	case ModeNFTables:
+		section = "nftables"
+	}
+	sync, minSync := c.SyncPeriods()
+	sp, msp := section+".syncPeriod", section+".minSyncPeriod"
+	if sync <= 0 {
+		v.add(sp, "%s must be greater than 0", sync)
+	}
+	if minSync < 0 {
+		v.add(msp, "%s must not be negative", minSync)
+	}
+	if sync > 0 && minSync > sync {
+		v.add(msp, "%s must not be greater than %s (%s)", minSync, sp, sync)
+	}
+}
+
+func (c *KubeProxyConfiguration) validateDetectLocal(v *validator) {
+	switch c.DetectLocalMode {
+	case "", LocalModeClusterCIDR:
+		if c.ClusterCIDR != "" {
+			c.validateClusterCIDR(v)
+		}
+	case LocalModeNodeCIDR:
+	case LocalModeBridgeInterface:
+		if c.DetectLocal.BridgeInterface == "" {
+			v.add("detectLocal.bridgeInterface", "must be set when detectLocalMode is %s", LocalModeBridgeInterface)
+		}
+	case LocalModeInterfaceNamePrefix:
+		if c.DetectLocal.InterfaceNamePrefix == "" {
+			v.add("detectLocal.interfaceNamePrefix", "must be set when detectLocalMode is %s", LocalModeInterfaceNamePrefix)
+		}
+	default:
+		v.add("detectLocalMode", "unknown mode %q; must be %s, %s, %s or %s", c.DetectLocalMode,
+			LocalModeClusterCIDR, LocalModeNodeCIDR, LocalModeBridgeInterface, LocalModeInterfaceNamePrefix)
+	}
+}
+
+// validateClusterCIDR checks a single CIDR or a comma-separated dual-stack pair.
+func (c *KubeProxyConfiguration) validateClusterCIDR(v *validator) {
+	parts := strings.Split(c.ClusterCIDR, ",")
+	if len(parts) > 2 {
+		v.add("clusterCIDR", "%q must be one CIDR or a comma-separated dual-stack pair (one IPv4, one IPv6)", c.ClusterCIDR)
+		return
+	}
+	v4 := 0
+	for _, p := range parts {
+		n, err := parseCIDR(p)
+		if err != nil {
+			v.add("clusterCIDR", "%s", err)
+			return
+		}
+		if n.IP.To4() != nil {
+			v4++
+		}
+	}
+	if len(parts) == 2 && v4 != 1 {
+		v.add("clusterCIDR", "%q: a pair must be dual-stack (one IPv4 and one IPv6 CIDR)", c.ClusterCIDR)
+	}
+}
+
+func (c *KubeProxyConfiguration) validateLogging(v *validator) {
+	l := c.Logging
+	switch l.Format {
+	case "text", "json":
+	default:
+		v.add("logging.format", "unsupported log format %q; must be text or json", l.Format)
+	}
+	if l.FlushFrequency.Duration.Duration < 0 {
+		v.add("logging.flushFrequency", "%s must not be negative", l.FlushFrequency.Duration.Duration)
+	}
+	if l.Verbosity > math.MaxInt32 {
+		v.add("logging.verbosity", "%d is too large; must be at most %d", l.Verbosity, math.MaxInt32)
+	}
+	if len(l.VModule) > 0 && l.Format != "" && l.Format != "text" {
+		v.add("logging.vmodule", "only supported with the text log format")
+	}
+	for i, item := range l.VModule {
+		f := indexPath("logging.vmodule", i)
+		if item.FilePattern == "" {
+			v.add(f+".filePattern", "must not be empty")
+		}
+		if strings.ContainsAny(item.FilePattern, "=,") {
+			v.add(f+".filePattern", "%q must not contain '=' or ','", item.FilePattern)
+		}
+		if item.Verbosity > math.MaxInt32 {
+			v.add(f+".verbosity", "%d is too large; must be at most %d", item.Verbosity, math.MaxInt32)
+		}
+	}
+	alpha := c.FeatureGates["LoggingAlphaOptions"]
+	for _, o := range []struct {
+		name string
+		opts OutputRoutingOptions
+	}{{"text", l.Options.Text.OutputRoutingOptions}, {"json", l.Options.JSON.OutputRoutingOptions}} {
+		if alpha {
+			continue
+		}
+		p := "logging.options." + o.name
+		if o.opts.SplitStream {
+			v.add(p+".splitStream", "needs the LoggingAlphaOptions feature gate")
+		}
+		if o.opts.InfoBufferSize.Value() != 0 {
+			v.add(p+".infoBufferSize", "needs the LoggingAlphaOptions feature gate")
+		}
+	}
+}
