@@ -155,8 +155,8 @@ var fieldFlags = []fieldFlag{
 // unsupportedFlags are upstream flags this kube-proxy rejects, with what to
 // do instead.
 var unsupportedFlags = []struct{ flag, instead string }{
-	{"healthz-port", "use --healthz-bind-address=IP:PORT (or healthzBindAddress in the config file); to disable the health server is not supported"},
-	{"metrics-port", "use --metrics-bind-address=IP:PORT (or metricsBindAddress in the config file); to disable the metrics server is not supported"},
+	{"healthz-port", "use --healthz-bind-address=IP:PORT (or healthzBindAddress in the config file; an empty address disables the server)"},
+	{"metrics-port", "use --metrics-bind-address=IP:PORT (or metricsBindAddress in the config file; an empty address disables the server)"},
 	{"windows-service", "it is a Windows-only flag and this kube-proxy runs on Linux only (use a systemd unit)"},
 }
 

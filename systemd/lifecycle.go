@@ -1,0 +1,112 @@
+package systemd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Hooks connect the process lifecycle to the daemon.
+type Hooks struct {
+	// Ready is closed when the daemon is ready (informers synced, first sync done).
+	Ready <-chan struct{}
+	// Reload re-reads the configuration and returns once the result is in force (or refused).
+	Reload func(ctx context.Context) ReloadStatus
+	// Healthy gates the watchdog pings.
+	Healthy func() bool
+	// Status is a one-line summary for `systemctl status`.
+	Status func() string
+	// Done delivers the daemon's own exit (an error it cannot continue after), if any.
+	Done <-chan error
+}
+
+// statusEvery is how often the STATUS line is refreshed.
+const statusEvery = 15 * time.Second
+
+// Run drives the daemon's life under systemd (or without it: every notification is then a no-op): READY=1
+// once Hooks.Ready closes; on SIGHUP, RELOADING=1, the reload, its recorded outcome, READY=1; watchdog
+// pings while healthy; on SIGTERM or SIGINT, STOPPING=1 and return. It also returns when the daemon ends by
+// itself (Hooks.Done), with its error. SIGHUPs that arrive before the daemon is ready are handled once it is.
+func Run(ctx context.Context, n *Notifier, h Hooks) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	dir := RuntimeDir()
+	if err := ResetReloadStatus(dir); err != nil {
+		klog.ErrorS(err, "Reload handshake may not work")
+	}
+
+	ready := h.Ready
+	pendingHUP := false
+	watchdogCtx, stopWatchdog := context.WithCancel(ctx)
+	defer stopWatchdog()
+	tick := time.NewTicker(statusEvery)
+	defer tick.Stop()
+	n.Status(h.Status())
+	for {
+		select {
+		case <-ctx.Done():
+			n.Stopping()
+			return nil
+		case err := <-h.Done:
+			n.Stopping()
+			return err
+		case <-ready:
+			ready = nil
+			n.Ready(h.Status())
+			klog.InfoS("Ready: reported READY=1 to the service manager")
+			go n.Watchdog(watchdogCtx, h.Healthy)
+			if pendingHUP {
+				pendingHUP = false
+				reload(ctx, n, h, dir)
+			}
+		case <-tick.C:
+			if ready == nil {
+				n.Status(h.Status())
+			}
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGHUP:
+				if ready != nil {
+					klog.InfoS("SIGHUP before the first sync; reloading once ready")
+					pendingHUP = true
+					continue
+				}
+				reload(ctx, n, h, dir)
+			default:
+				klog.InfoS("Stopping; the rules stay in place", "signal", s.String())
+				n.Stopping()
+				return nil
+			}
+		}
+	}
+}
+
+func reload(ctx context.Context, n *Notifier, h Hooks, dir string) {
+	n.Reloading()
+	st := h.Reload(ctx)
+	status := h.Status()
+	if st.Result != ReloadApplied {
+		status = fmt.Sprintf("%s (last reload %s: %s)", status, st.Result, st.Message)
+	}
+	n.Ready(status)
+	if err := WriteReloadStatus(dir, st); err != nil {
+		klog.ErrorS(err, "Recording the reload outcome")
+	}
+}
+
+// SetOOMScoreAdj writes the process's OOM score adjustment (oomScoreAdj; nil leaves it alone).
+func SetOOMScoreAdj(v *int32) error {
+	if v == nil {
+		return nil
+	}
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(fmt.Sprintf("%d", *v)), 0o644); err != nil {
+		return fmt.Errorf("setting oomScoreAdj %d: %w", *v, err)
+	}
+	return nil
+}
