@@ -1,0 +1,203 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// AnnotationLastChangeTriggerTime is set by the EndpointSlice controller to the time of the change that
+// caused the slice to be written; network programming latency is measured from it.
+const AnnotationLastChangeTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// parsedSlice is an EndpointSlice reduced to what the proxy uses, parsed once when the event arrives.
+type parsedSlice struct {
+	name      string
+	family    v1.IPFamily
+	ports     []slicePort
+	endpoints []Endpoint // Port is 0: filled in per slicePort
+	// triggerTime is the last-change-trigger-time annotation (zero when absent or unparsable).
+	triggerTime time.Time
+}
+
+type slicePort struct {
+	name     string
+	protocol v1.Protocol
+	port     int32
+}
+
+// sliceService returns the Service an EndpointSlice belongs to (its kubernetes.io/service-name label).
+func sliceService(es *discovery.EndpointSlice) (types.NamespacedName, error) {
+	name := es.Labels[discovery.LabelServiceName]
+	if name == "" {
+		return types.NamespacedName{}, fmt.Errorf("no %s label", discovery.LabelServiceName)
+	}
+	return types.NamespacedName{Namespace: es.Namespace, Name: name}, nil
+}
+
+// parseSlice converts an EndpointSlice for a node named nodeName. Unusable ports and endpoints are dropped
+// and reported in problems. FQDN slices yield nil.
+func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, problems []string) {
+	var family v1.IPFamily
+	switch es.AddressType {
+	case discovery.AddressTypeIPv4:
+		family = v1.IPv4Protocol
+	case discovery.AddressTypeIPv6:
+		family = v1.IPv6Protocol
+	default:
+		return nil, nil
+	}
+	ps = &parsedSlice{name: es.Name, family: family}
+	if s := es.Annotations[AnnotationLastChangeTriggerTime]; s != "" {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			ps.triggerTime = t
+		} else {
+			problems = append(problems, fmt.Sprintf("annotation %s: %q is not an RFC 3339 time", AnnotationLastChangeTriggerTime, s))
+		}
+	}
+	for i, p := range es.Ports {
+		switch {
+		case p.Port == nil:
+			problems = append(problems, fmt.Sprintf("ports[%d].port: missing", i))
+			continue
+		case *p.Port <= 0 || *p.Port > 65535:
+			problems = append(problems, fmt.Sprintf("ports[%d].port: %d is out of range", i, *p.Port))
+			continue
+		}
+		sp := slicePort{port: *p.Port, protocol: v1.ProtocolTCP}
+		if p.Name != nil {
+			sp.name = *p.Name
+		}
+		if p.Protocol != nil {
+			sp.protocol = *p.Protocol
+		}
+		ps.ports = append(ps.ports, sp)
+	}
+	for i := range es.Endpoints {
+		ep := &es.Endpoints[i]
+		if len(ep.Addresses) == 0 {
+			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses: empty", i))
+			continue
+		}
+		ip, err := parseIP(ep.Addresses[0])
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses[0]: %v", i, err))
+			continue
+		}
+		if ipFamily(ip) != family {
+			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses[0]: %s is not an %s address as addressType says", i, ip, es.AddressType))
+			continue
+		}
+		e := Endpoint{
+			IP:          ip,
+			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+		}
+		if ep.NodeName != nil {
+			e.NodeName = *ep.NodeName
+			e.IsLocal = nodeName != "" && e.NodeName == nodeName
+		}
+		if ep.Zone != nil {
+			e.Zone = *ep.Zone
+		}
+		if ep.Hints != nil {
+			for _, z := range ep.Hints.ForZones {
+				e.ZoneHints = append(e.ZoneHints, z.Name)
+			}
+			for _, n := range ep.Hints.ForNodes {
+				e.NodeHints = append(e.NodeHints, n.Name)
+			}
+			slices.Sort(e.ZoneHints)
+			slices.Sort(e.NodeHints)
+		}
+		ps.endpoints = append(ps.endpoints, e)
+	}
+	return ps, problems
+}
+
+// endpointsFor merges the endpoints of one Service port over all of the Service's slices of one family:
+// slices contribute the endpoints of their port with the same name and protocol; an endpoint seen twice
+// (same ip:port) collapses into one, a non-terminating copy winning over a terminating one. The result is
+// sorted by Addr.
+func endpointsFor(slicesOfService []*parsedSlice, family v1.IPFamily, portName string, protocol v1.Protocol) []Endpoint {
+	var out []Endpoint
+	seen := map[string]int{}
+	for _, ps := range slicesOfService {
+		if ps.family != family {
+			continue
+		}
+		for _, sp := range ps.ports {
+			if sp.name != portName || sp.protocol != protocol {
+				continue
+			}
+			for _, e := range ps.endpoints {
+				e.Port = sp.port
+				e.Addr = NewEndpoint(e.IP, sp.port).Addr
+				if i, dup := seen[e.Addr]; dup {
+					if !e.Terminating {
+						out[i] = e
+					}
+					continue
+				}
+				seen[e.Addr] = len(out)
+				out = append(out, e)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return cmpString(a.Addr, b.Addr) })
+	return out
+}
+
+// equalEndpoint reports whether two endpoints carry the same facts.
+func equalEndpoint(a, b *Endpoint) bool {
+	return a.Addr == b.Addr && a.Ready == b.Ready && a.Serving == b.Serving && a.Terminating == b.Terminating &&
+		a.NodeName == b.NodeName && a.Zone == b.Zone && a.IsLocal == b.IsLocal &&
+		slices.Equal(a.ZoneHints, b.ZoneHints) && slices.Equal(a.NodeHints, b.NodeHints)
+}
+
+// sameParsedSlice reports whether two parsed slices carry the same facts (a nil a is never the same).
+func sameParsedSlice(a, b *parsedSlice) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	if a.name != b.name || a.family != b.family || !a.triggerTime.Equal(b.triggerTime) ||
+		!slices.Equal(a.ports, b.ports) || len(a.endpoints) != len(b.endpoints) {
+		return false
+	}
+	for i := range a.endpoints {
+		if a.endpoints[i].IP != b.endpoints[i].IP || !equalEndpoint(&a.endpoints[i], &b.endpoints[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func equalEndpoints(a, b []Endpoint) bool {
+	if len(a) != len(b) || (a == nil) != (b == nil) {
+		return false
+	}
+	for i := range a {
+		if !equalEndpoint(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Equal reports whether two ServicePorts would be programmed identically.
+func (s *ServicePort) Equal(o *ServicePort) bool {
+	return s.Name == o.Name && s.ClusterIP == o.ClusterIP && s.Port == o.Port && s.Protocol == o.Protocol &&
+		s.NodePort == o.NodePort && slices.Equal(s.ExternalIPs, o.ExternalIPs) &&
+		slices.Equal(s.LoadBalancerIPs, o.LoadBalancerIPs) &&
+		slices.Equal(s.LoadBalancerSourceRanges, o.LoadBalancerSourceRanges) &&
+		s.StickyMaxAgeSeconds == o.StickyMaxAgeSeconds && s.ExternalPolicyLocal == o.ExternalPolicyLocal &&
+		s.InternalPolicyLocal == o.InternalPolicyLocal && s.HealthCheckNodePort == o.HealthCheckNodePort &&
+		s.TrafficDistribution == o.TrafficDistribution && s.HasAnyEndpoints == o.HasAnyEndpoints &&
+		equalEndpoints(s.Endpoints, o.Endpoints) && equalEndpoints(s.ClusterEndpoints, o.ClusterEndpoints) &&
+		equalEndpoints(s.LocalEndpoints, o.LocalEndpoints)
+}

@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Informer list/watch selectors, as upstream kube-proxy uses them.
+var (
+	// serviceSelector skips Services owned by another proxy; the field selector skips headless ones.
+	serviceSelector = mustSelector(LabelServiceProxyName)
+	// sliceSelector skips the slices of headless Services.
+	sliceSelector = mustSelector(v1.IsHeadlessService)
+)
+
+func mustSelector(absentLabel string) string {
+	r, err := labels.NewRequirement(absentLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*r).String()
+}
+
+// dropManagedFields is an informer transform: kube-proxy never reads managedFields, so they are not cached.
+func dropManagedFields(obj any) (any, error) {
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// WatchAPI starts informers for Services, EndpointSlices and this node, feeding the Tracker. It blocks until
+// their caches have synced (logging while the API server is unreachable) or ctx is done; the informers keep
+// running, and recover from API outages on their own, until ctx is done.
+func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
+	t := p.tracker
+	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(dropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = serviceSelector
+			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
+		}))
+	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(dropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector }))
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
+		informers.WithTransform(dropManagedFields),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
+		}))
+
+	svcInformer := svcFactory.Core().V1().Services().Informer()
+	if _, err := svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { t.OnService(nil, asService(o)) },
+		UpdateFunc: func(o, n any) { t.OnService(asService(o), asService(n)) },
+		DeleteFunc: func(o any) { t.OnService(asService(o), nil) },
+	}); err != nil {
+		return fmt.Errorf("adding Service handler: %w", err)
+	}
+	sliceInformer := sliceFactory.Discovery().V1().EndpointSlices().Informer()
+	if _, err := sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { t.OnEndpointSlice(nil, asSlice(o)) },
+		UpdateFunc: func(o, n any) { t.OnEndpointSlice(asSlice(o), asSlice(n)) },
+		DeleteFunc: func(o any) { t.OnEndpointSlice(asSlice(o), nil) },
+	}); err != nil {
+		return fmt.Errorf("adding EndpointSlice handler: %w", err)
+	}
+	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { t.OnNode(asNode(o)) },
+		UpdateFunc: func(_, n any) { t.OnNode(asNode(n)) },
+		DeleteFunc: func(any) { klog.InfoS("This node was deleted from the API", "node", p.opts.NodeName); t.OnNode(nil) },
+	}); err != nil {
+		return fmt.Errorf("adding Node handler: %w", err)
+	}
+
+	svcFactory.Start(ctx.Done())
+	sliceFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+
+	synced := []cache.InformerSynced{svcInformer.HasSynced, sliceInformer.HasSynced, nodeInformer.HasSynced}
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		done := true
+		for _, s := range synced {
+			done = done && s()
+		}
+		if done {
+			klog.InfoS("API caches synced", "elapsed", time.Since(start).Round(time.Millisecond))
+			if t.Node() == nil {
+				klog.InfoS("This node is not (yet) known to the API server; /healthz fails until it is", "node", p.opts.NodeName)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			klog.InfoS("Still waiting for the API server to list Services, EndpointSlices and this Node", "waited", time.Since(start).Round(time.Second))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// The informers deliver tombstones on missed deletes; unwrap them.
+func unwrap(o any) any {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
+}
+
+func asService(o any) *v1.Service {
+	s, _ := unwrap(o).(*v1.Service)
+	return s
+}
+
+func asSlice(o any) *discovery.EndpointSlice {
+	s, _ := unwrap(o).(*discovery.EndpointSlice)
+	return s
+}
+
+func asNode(o any) *v1.Node {
+	n, _ := unwrap(o).(*v1.Node)
+	return n
+}

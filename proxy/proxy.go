@@ -1,0 +1,246 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+)
+
+// Dataplane programs the kernel for one IP family. Apply must leave working rules in place when it fails.
+type Dataplane interface {
+	// Apply makes the kernel match snap. When full is false the dataplane may rewrite only what changed
+	// since the last snapshot it applied successfully (see Snapshot.Changes); after any failure of its own
+	// it must treat the next call as full.
+	Apply(ctx context.Context, snap *Snapshot, full bool) error
+}
+
+// Reconfigurer is implemented by dataplanes whose rules depend on configuration fields that may change on
+// a live reload (masqueradeAll, clusterCIDR, nodePortAddresses, ...). Reconfigure is called on the sync
+// goroutine, before the full sync that applies the new configuration; an error keeps the old one.
+type Reconfigurer interface {
+	Reconfigure(cfg *config.KubeProxyConfiguration) error
+}
+
+// Options configure a Proxy.
+type Options struct {
+	// NodeName is this node's name.
+	NodeName string
+	// Dataplanes holds one Dataplane per IP family to program, primary family first.
+	Dataplanes []FamilyDataplane
+	// SyncPeriod and MinSyncPeriod bound the sync frequency (see Runner).
+	SyncPeriod, MinSyncPeriod time.Duration
+	// ExternalIPs is the AllowServiceExternalIPs feature gate.
+	ExternalIPs bool
+	// Registry receives the proxy's metrics.
+	Registry prometheus.Registerer
+	// OnApplied, if set, is called after each successful Apply with the snapshot that was applied (for
+	// example to update the health-check node port servers). It runs on the sync goroutine.
+	OnApplied func(*Snapshot)
+}
+
+// FamilyDataplane pairs a Dataplane with the IP family it programs.
+type FamilyDataplane struct {
+	Family    v1.IPFamily
+	Dataplane Dataplane
+}
+
+// Proxy connects the Tracker, the Runner and the Dataplanes: each sync takes the pending changes as
+// snapshots, applies each family's snapshot, then reports (metrics, health).
+type Proxy struct {
+	opts    Options
+	tracker *Tracker
+	runner  *Runner
+	metrics *Metrics
+	health  *Health
+
+	readyOnce sync.Once
+	ready     chan struct{}
+
+	mu   sync.Mutex
+	last map[v1.IPFamily]*Snapshot
+	// newConfig is a reloaded configuration for the dataplanes, picked up by the next sync.
+	newConfig *config.KubeProxyConfiguration
+}
+
+// New returns a Proxy. Feed it events through Tracker (or Run, which starts informers) and start syncing
+// with Run.
+func New(o Options) *Proxy {
+	p := &Proxy{opts: o, ready: make(chan struct{}), last: map[v1.IPFamily]*Snapshot{}}
+	families := make([]v1.IPFamily, 0, len(o.Dataplanes))
+	for _, d := range o.Dataplanes {
+		families = append(families, d.Family)
+	}
+	p.metrics = NewMetrics(o.Registry)
+	p.tracker = NewTracker(TrackerOptions{
+		NodeName:    o.NodeName,
+		Families:    families,
+		ExternalIPs: o.ExternalIPs,
+		OnChange:    p.queue,
+		Problems:    func(kind string) { p.metrics.SkippedObjects.WithLabelValues(kind).Inc() },
+	})
+	registerTrackerMetrics(o.Registry, p.tracker)
+	p.runner = NewRunner(p.sync, o.MinSyncPeriod, o.SyncPeriod)
+	p.health = NewHealth(2*o.SyncPeriod, p.tracker.Node, p.metrics)
+	return p
+}
+
+// Tracker returns the change tracker that events are fed into.
+func (p *Proxy) Tracker() *Tracker { return p.tracker }
+
+// Metrics returns the proxy metrics (for reload accounting).
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+// Health returns the health tracker whose Handler serves /healthz and /livez.
+func (p *Proxy) Health() *Health { return p.health }
+
+// Ready is closed once the informers have synced and the first sync has succeeded for every family.
+func (p *Proxy) Ready() <-chan struct{} { return p.ready }
+
+// queue is called for every event that may change a snapshot.
+func (p *Proxy) queue() {
+	for _, d := range p.opts.Dataplanes {
+		p.health.Queued(d.Family)
+		p.metrics.LastQueuedTimestamp.WithLabelValues(string(d.Family)).SetToCurrentTime()
+	}
+	p.runner.Request(false)
+}
+
+// SetSyncPeriods applies new sync periods (a live reload).
+func (p *Proxy) SetSyncPeriods(syncPeriod, minSyncPeriod time.Duration) {
+	p.runner.SetIntervals(minSyncPeriod, syncPeriod)
+	p.health.SetTimeout(2 * syncPeriod)
+}
+
+// Reconfigure hands a reloaded configuration to the dataplanes and waits for the full sync that applies it.
+func (p *Proxy) Reconfigure(ctx context.Context, cfg *config.KubeProxyConfiguration) error {
+	p.mu.Lock()
+	p.newConfig = cfg
+	p.mu.Unlock()
+	return p.runner.SyncNow(ctx, true)
+}
+
+// reconfigure applies a pending configuration to every dataplane that takes one.
+func (p *Proxy) reconfigure() error {
+	p.mu.Lock()
+	cfg := p.newConfig
+	p.newConfig = nil
+	p.mu.Unlock()
+	if cfg == nil {
+		return nil
+	}
+	var errs []error
+	for _, d := range p.opts.Dataplanes {
+		if r, ok := d.Dataplane.(Reconfigurer); ok {
+			if err := r.Reconfigure(cfg); err != nil {
+				errs = append(errs, fmt.Errorf("reconfiguring the %s dataplane: %w", d.Family, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SyncNow runs a sync (full if asked) and waits for it, e.g. to make a reload take effect before it is
+// reported done.
+func (p *Proxy) SyncNow(ctx context.Context, full bool) error { return p.runner.SyncNow(ctx, full) }
+
+// Healthy reports whether the sync loop is making progress, for the systemd watchdog: no sync has been
+// running, and no change has been waiting, for longer than the health timeout.
+func (p *Proxy) Healthy() bool {
+	p.health.mu.Lock()
+	timeout := p.health.timeout
+	p.health.mu.Unlock()
+	return p.runner.RunningFor() < timeout && p.health.Status().Healthy
+}
+
+// Loop runs the sync loop until ctx is done. Call it once the informers have synced.
+func (p *Proxy) Loop(ctx context.Context) { p.runner.Loop(ctx) }
+
+// sync is the Runner's SyncFunc: snapshot → apply per family → report.
+func (p *Proxy) sync(ctx context.Context, full bool) error {
+	start := time.Now()
+	if err := p.reconfigure(); err != nil {
+		return err
+	}
+	build := p.tracker.Snapshots()
+	var errs []error
+	var failed Build
+	for i, snap := range build.Snapshots {
+		dp := p.opts.Dataplanes[i]
+		family := string(snap.Family)
+		t0 := time.Now()
+		if err := dp.Dataplane.Apply(ctx, snap, full); err != nil {
+			errs = append(errs, fmt.Errorf("applying %s snapshot %d: %w", snap.Family, snap.Generation, err))
+			if failed.Triggers == nil {
+				failed.Triggers = map[v1.IPFamily][]time.Time{}
+			}
+			failed.Triggers[snap.Family] = build.Triggers[snap.Family]
+			p.health.Queued(snap.Family)
+			continue
+		}
+		elapsed := time.Since(t0)
+		p.metrics.SyncDuration.WithLabelValues(family).Observe(seconds(elapsed))
+		if full {
+			p.metrics.SyncFullDuration.WithLabelValues(family).Observe(seconds(elapsed))
+		} else {
+			p.metrics.SyncPartialDuration.WithLabelValues(family).Observe(seconds(elapsed))
+		}
+		p.metrics.LastSyncTimestamp.WithLabelValues(family).SetToCurrentTime()
+		now := time.Now()
+		for _, t := range build.Triggers[snap.Family] {
+			p.metrics.NetworkProgramming.WithLabelValues(family).Observe(seconds(now.Sub(t)))
+		}
+		p.reportLocal(snap)
+		p.health.Updated(snap.Family)
+		p.mu.Lock()
+		p.last[snap.Family] = snap
+		p.mu.Unlock()
+		if p.opts.OnApplied != nil {
+			p.opts.OnApplied(snap)
+		}
+		klog.V(2).InfoS("Synced", "ipFamily", family, "full", full, "services", len(snap.Services),
+			"changed", len(snap.changed), "generation", snap.Generation, "elapsed", elapsed)
+	}
+	if len(errs) > 0 {
+		p.tracker.RequeueTriggers(failed)
+		return errors.Join(errs...)
+	}
+	p.readyOnce.Do(func() {
+		klog.InfoS("First sync done; proxy is ready", "elapsed", time.Since(start))
+		close(p.ready)
+	})
+	return nil
+}
+
+// reportLocal updates the count of Local-policy Services without local endpoints. Like upstream, only
+// Services that have endpoints somewhere count (those without any are rejected, not dropped).
+func (p *Proxy) reportLocal(snap *Snapshot) {
+	var internal, external int
+	for _, sp := range snap.Services {
+		if len(sp.LocalEndpoints) > 0 || !sp.HasAnyEndpoints {
+			continue
+		}
+		if sp.InternalPolicyLocal {
+			internal++
+		}
+		if sp.ExternalPolicyLocal {
+			external++
+		}
+	}
+	p.metrics.NoLocalEndpoints.WithLabelValues("internal", string(snap.Family)).Set(float64(internal))
+	p.metrics.NoLocalEndpoints.WithLabelValues("external", string(snap.Family)).Set(float64(external))
+}
+
+// LastApplied returns the last successfully applied snapshot of family (nil before the first).
+func (p *Proxy) LastApplied(family v1.IPFamily) *Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last[family]
+}

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"maps"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Snapshot is the immutable desired state of one IP family: every proxied Service port with its chosen
+// endpoints, and the node facts. Successive snapshots share unchanged *ServicePort values, so a dataplane
+// finds what changed by comparing pointers (see Changes). Nothing in a Snapshot may be modified.
+type Snapshot struct {
+	Family v1.IPFamily
+	// Generation increases by one with every snapshot built for this family.
+	Generation uint64
+	Node       Node
+	// Services maps every proxied Service port of this family to its state.
+	Services map[ServicePortName]*ServicePort
+
+	// parent is the Generation this snapshot was derived from; changed lists the ports that differ from it
+	// (including removed ones).
+	parent  uint64
+	changed []ServicePortName
+}
+
+// Sorted returns the Service ports ordered by name (a new slice; the ports are shared).
+func (s *Snapshot) Sorted() []*ServicePort {
+	out := make([]*ServicePort, 0, len(s.Services))
+	for _, sp := range s.Services {
+		out = append(out, sp)
+	}
+	slices.SortFunc(out, func(a, b *ServicePort) int { return a.Name.Compare(b.Name) })
+	return out
+}
+
+// Changes returns the Service ports whose state differs between since and s, in name order: added, removed
+// (absent from s.Services) and modified ones. since may be nil (everything in s is new). When s was built
+// directly from since, this costs O(changes); otherwise it compares the two maps.
+func (s *Snapshot) Changes(since *Snapshot) []ServicePortName {
+	if since == nil {
+		return slices.SortedFunc(maps.Keys(s.Services), ServicePortName.Compare)
+	}
+	if since.Generation == s.parent && since.Family == s.Family {
+		return s.changed
+	}
+	var out []ServicePortName
+	for name, sp := range s.Services {
+		if since.Services[name] != sp {
+			out = append(out, name)
+		}
+	}
+	for name := range since.Services {
+		if _, ok := s.Services[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	slices.SortFunc(out, ServicePortName.Compare)
+	return out
+}
+
+// builder derives successive snapshots of one family from the tracker's state.
+type builder struct {
+	family v1.IPFamily
+	opts   serviceOptions
+	last   *Snapshot
+	// portsOf records, per Service, the port names it contributed to last.
+	portsOf map[serviceKey][]ServicePortName
+}
+
+func newBuilder(family v1.IPFamily, opts serviceOptions, nodeName string) *builder {
+	return &builder{
+		family:  family,
+		opts:    opts,
+		last:    &Snapshot{Family: family, Node: Node{Name: nodeName}, Services: map[ServicePortName]*ServicePort{}},
+		portsOf: map[serviceKey][]ServicePortName{},
+	}
+}
+
+// serviceInput is what the tracker hands the builder for one changed Service: its object (nil when deleted)
+// and its EndpointSlices.
+type serviceInput struct {
+	key    serviceKey
+	svc    *v1.Service
+	slices []*parsedSlice
+}
+
+// build returns the next snapshot: the last one with the given Services recomputed. Ports whose new state
+// equals the old keep the old pointer, so they do not count as changed. problems collects unusable fields.
+func (b *builder) build(node Node, inputs []serviceInput, problems func(key serviceKey, msg string)) *Snapshot {
+	prev := b.last
+	next := &Snapshot{
+		Family:     b.family,
+		Generation: prev.Generation + 1,
+		Node:       node,
+		Services:   maps.Clone(prev.Services),
+		parent:     prev.Generation,
+	}
+	for _, in := range inputs {
+		var ports []*ServicePort
+		if in.svc != nil {
+			var msgs []string
+			ports, msgs = servicePorts(in.svc, b.family, b.opts)
+			for _, m := range msgs {
+				problems(in.key, m)
+			}
+		}
+		names := make([]ServicePortName, 0, len(ports))
+		for _, sp := range ports {
+			sp.Endpoints = endpointsFor(in.slices, b.family, sp.Name.Port, sp.Protocol)
+			sel := SelectEndpoints(sp, sp.Endpoints, node.Name, node.Zone)
+			sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = sel.Cluster, sel.Local, sel.HasAny
+			names = append(names, sp.Name)
+			if old, ok := prev.Services[sp.Name]; ok && old.Equal(sp) {
+				next.Services[sp.Name] = old
+				continue
+			}
+			next.Services[sp.Name] = sp
+			next.changed = append(next.changed, sp.Name)
+		}
+		for _, name := range b.portsOf[in.key] {
+			if !slices.Contains(names, name) {
+				delete(next.Services, name)
+				next.changed = append(next.changed, name)
+			}
+		}
+		if len(names) == 0 {
+			delete(b.portsOf, in.key)
+		} else {
+			b.portsOf[in.key] = names
+		}
+	}
+	slices.SortFunc(next.changed, ServicePortName.Compare)
+	next.changed = slices.Compact(next.changed)
+	b.last = next
+	return next
+}
