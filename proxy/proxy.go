@@ -166,6 +166,9 @@ func (p *Proxy) Loop(ctx context.Context) { p.runner.Loop(ctx) }
 // sync is the Runner's SyncFunc: snapshot → apply per family → report.
 func (p *Proxy) sync(ctx context.Context, full bool) error {
 	start := time.Now()
+	if syncFault != nil {
+		syncFault()
+	}
 	if err := p.reconfigure(); err != nil {
 		return err
 	}

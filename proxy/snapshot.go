@@ -41,7 +41,7 @@ func (s *Snapshot) Changes(since *Snapshot) []ServicePortName {
 	if since == nil {
 		return slices.SortedFunc(maps.Keys(s.Services), ServicePortName.Compare)
 	}
-	if since.Generation == s.parent && since.Family == s.Family {
+	if s.Generation == since.Generation+1 && since.Generation == s.parent && since.Family == s.Family {
 		return s.changed
 	}
 	var out []ServicePortName
