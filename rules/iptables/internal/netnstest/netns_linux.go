@@ -1,0 +1,98 @@
+package netnstest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+var seq atomic.Uint64
+
+// Backends are the iptables variants tested.
+var Backends = []string{"nft", "legacy"}
+
+// NS is a network namespace created for one test.
+type NS struct {
+	Name string
+}
+
+// Enabled reports whether kernel tests should run: KP_E2E is set. Require fails the test when they should
+// but cannot.
+func Enabled() bool { return os.Getenv("KP_E2E") != "" }
+
+// New creates a network namespace removed when the test ends. It skips the test unless KP_E2E is set, and
+// fails it when KP_E2E is set but the namespace cannot be made (not root, no ip(8)).
+func New(t testing.TB) *NS {
+	t.Helper()
+	if !Enabled() {
+		t.Skip("kernel test: set KP_E2E=1 and run as root")
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("KP_E2E is set but the test does not run as root")
+	}
+	name := fmt.Sprintf("kpit-%d-%d", os.Getpid(), seq.Add(1))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("creating network namespace %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("deleting network namespace %s: %v: %s", name, err, out)
+		}
+	})
+	return &NS{Name: name}
+}
+
+// Binary returns the iptables command for a backend ("nft" or "legacy"), family and tool ("restore",
+// "save" or "" for iptables itself), e.g. ip6tables-legacy-restore.
+func Binary(backend string, ipv6 bool, tool string) string {
+	b := "iptables"
+	if ipv6 {
+		b = "ip6tables"
+	}
+	b += "-" + backend
+	if tool != "" {
+		b += "-" + tool
+	}
+	return b
+}
+
+// Check fails the test if a backend's binaries are missing.
+func Check(t testing.TB, backend string, ipv6 bool) {
+	t.Helper()
+	for _, tool := range []string{"restore", "save"} {
+		if _, err := exec.LookPath(Binary(backend, ipv6, tool)); err != nil {
+			t.Fatalf("%s not found: %v", Binary(backend, ipv6, tool), err)
+		}
+	}
+}
+
+// Restore runs `iptables-restore args...` in the namespace with payload on stdin.
+func (ns *NS) Restore(backend string, ipv6 bool, payload []byte, args ...string) error {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, Binary(backend, ipv6, "restore")}, args...)...)
+	cmd.Stdin = bytes.NewReader(payload)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", Binary(backend, ipv6, "restore"), strings.Join(args, " "), err, out.String())
+	}
+	return nil
+}
+
+// Save returns `iptables-save -t table` from the namespace without its "#" lines.
+func (ns *NS) Save(backend string, ipv6 bool, table string) (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", ns.Name, Binary(backend, ipv6, "save"), "-t", table).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s -t %s: %v: %s", Binary(backend, ipv6, "save"), table, err, out)
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(string(out), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			b.WriteString(l)
+		}
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,503 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/proxy"
+)
+
+// largeClusterEndpoints is upstream's threshold: above this many endpoints in total, the endpoint rules
+// carry no comments (they can make up 40% of the payload).
+const largeClusterEndpoints = 1000
+
+// Result is one rendered payload.
+type Result struct {
+	// Payload is the iptables-restore input for the filter and nat tables, each ending with COMMIT, meant
+	// for `iptables-restore --noflush`. It is valid until the next Render call.
+	Payload []byte
+	// Rules counts the rules written per table ("filter", "nat"), as upstream's
+	// sync_proxy_rules_iptables_last metric does.
+	Rules map[string]int
+	// RulesTotal counts the rules we own per table once the payload is applied, unchanged chains
+	// included, as upstream's sync_proxy_rules_iptables_total metric does.
+	RulesTotal map[string]int
+	// Chains lists, per table and sorted, the chains we own once the payload is applied (kubelet's
+	// KUBE-FIREWALL only when we write it). Valid until the next Render call.
+	Chains map[string][]string
+	// Deleted lists, per table, the chains the payload deletes. Valid until the next Render call.
+	Deleted map[string][]string
+	// Full reports whether every per-Service chain was rewritten (a partial render becomes full-like when
+	// the node facts the rules depend on changed since prev).
+	Full bool
+}
+
+// Renderer turns snapshots into iptables-restore payloads. It keeps buffers and caches between calls and is
+// not safe for concurrent use.
+type Renderer struct {
+	cfg  Config
+	mark string // the masquerade mark as upstream formats it, "0x00004000"
+
+	// states caches per Service port what does not change unless the port does; order holds the states of
+	// last's ports sorted by name, owned the nat chains they and the shared chains make up, sorted, and
+	// total their endpoints. They are valid when last is not nil.
+	states map[proxy.ServicePortName]*svcState
+	order  []*svcState
+	owned  []string
+	total  int
+	last   *proxy.Snapshot
+
+	probs []string
+
+	scratch lineBuf
+	// Rules of the shared chains, assembled into out.
+	natServices, natNodePorts                                       lineBuf
+	filterServices, filterExternal, filterFirewall, filterNodePorts lineBuf
+	natDecl, stale, ownScratch, removed, added, ownedSpare          []string
+	dirty, write                                                    map[proxy.ServicePortName]bool
+	out                                                             []byte
+}
+
+// NewRenderer returns a renderer for one configuration and IP family.
+func NewRenderer(cfg Config) *Renderer {
+	if cfg.MasqueradeBit == 0 {
+		cfg.MasqueradeBit = 14
+	}
+	if cfg.Family == "" {
+		cfg.Family = v1.IPv4Protocol
+	}
+	return &Renderer{
+		cfg:    cfg,
+		mark:   fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit)),
+		states: map[proxy.ServicePortName]*svcState{},
+		dirty:  map[proxy.ServicePortName]bool{},
+		write:  map[proxy.ServicePortName]bool{},
+	}
+}
+
+// probability returns 1/n formatted as upstream does ("%0.10f").
+func (r *Renderer) probability(n int) string {
+	for len(r.probs) <= n {
+		i := len(r.probs)
+		if i == 0 {
+			r.probs = append(r.probs, "")
+			continue
+		}
+		r.probs = append(r.probs, strconv.FormatFloat(1/float64(i), 'f', 10, 64))
+	}
+	return r.probs[n]
+}
+
+// globals returns what besides the ports shapes the per-Service chains; total is the snapshot's number of
+// endpoints.
+func (r *Renderer) globals(snap *proxy.Snapshot, total int) globals {
+	var g globals
+	g.large = total > largeClusterEndpoints
+	if len(snap.Node.IPs) > 0 {
+		g.nodeIP = snap.Node.IPs[0]
+	}
+	g.ifLocal, g.ifNotLocal = r.cfg.LocalDetector.args(r.cfg.Family, &snap.Node)
+	return g
+}
+
+var sharedNATChains = []string{chainMarkMasq, chainNodePorts, chainPostrouting, chainServices}
+
+// sync brings order, owned and total in line with snap, marking in r.dirty the ports whose state must be
+// refreshed. A rebuild walks all of snap; otherwise only what changed since last.
+func (r *Renderer) sync(snap *proxy.Snapshot, rebuild bool, changedSinceLast []proxy.ServicePortName) {
+	clear(r.dirty)
+	if rebuild {
+		r.order = r.order[:0]
+		r.total = 0
+		for name, sp := range snap.Services {
+			st := r.states[name]
+			if st == nil {
+				st = newSvcState(name)
+				r.states[name] = st
+			}
+			r.order = append(r.order, st)
+			r.total += len(sp.Endpoints)
+		}
+		slices.SortFunc(r.order, func(a, b *svcState) int { return a.key.Compare(b.key) })
+		if len(r.states) > len(snap.Services) {
+			for name := range r.states {
+				if _, ok := snap.Services[name]; !ok {
+					delete(r.states, name)
+				}
+			}
+		}
+		return
+	}
+	for _, name := range changedSinceLast {
+		sp := snap.Services[name]
+		i, found := slices.BinarySearchFunc(r.order, name, func(st *svcState, n proxy.ServicePortName) int { return st.key.Compare(n) })
+		switch {
+		case sp != nil && !found:
+			st := r.states[name]
+			if st == nil {
+				st = newSvcState(name)
+				r.states[name] = st
+			}
+			r.order = slices.Insert(r.order, i, st)
+		case sp == nil && found:
+			st := r.order[i]
+			r.order = slices.Delete(r.order, i, i+1)
+			r.removed = append(r.removed, st.chains...)
+			if st.sp != nil {
+				r.total -= len(st.sp.Endpoints)
+			}
+			delete(r.states, name)
+			continue
+		case sp == nil:
+			continue
+		}
+		st := r.order[i]
+		if st.sp != nil {
+			r.total -= len(st.sp.Endpoints)
+		}
+		r.total += len(sp.Endpoints)
+		r.dirty[name] = true
+	}
+}
+
+// Render produces one iptables-restore input with the filter and the nat table.
+//
+// With full set, every chain we own is declared and rewritten, and the per-Service chains in existing (the
+// KUBE-* chains found in the kernel, per table, as the writer lists them on full syncs) that are no longer
+// wanted are flushed and deleted. Otherwise prev must be the last snapshot successfully applied: the shared
+// chains are rewritten as upstream does on a partial sync, only the per-Service chains of
+// snap.Changes(prev) are declared and rewritten, and those of removed or changed Services that are no
+// longer wanted are deleted. If the node facts the rules depend on (primary IP, pod CIDRs) differ between
+// prev and snap, every per-Service chain is rewritten.
+//
+// The returned Result, its payload and its slices are valid until the next call.
+func (r *Renderer) Render(snap, prev *proxy.Snapshot, full bool, existing map[string][]string) (*Result, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("rendering iptables rules: no snapshot")
+	}
+	if snap.Family != "" && snap.Family != r.cfg.Family {
+		return nil, fmt.Errorf("rendering iptables rules: snapshot is %s, renderer is %s", snap.Family, r.cfg.Family)
+	}
+	if !full && prev == nil {
+		full = true
+	}
+	res, err := r.render(snap, prev, full, existing)
+	if err != nil {
+		// The caches may be half updated: start over next time.
+		r.last = nil
+		return nil, fmt.Errorf("rendering iptables rules: %w", err)
+	}
+	return res, nil
+}
+
+func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[string][]string) (*Result, error) {
+	var changes []proxy.ServicePortName // since prev, for a partial render
+	if !full {
+		changes = snap.Changes(prev)
+	}
+	rebuild := full || r.last == nil
+	r.removed, r.added = r.removed[:0], r.added[:0]
+	switch {
+	case rebuild:
+		r.sync(snap, true, nil)
+	case r.last == prev:
+		r.sync(snap, false, changes)
+	default:
+		r.sync(snap, false, snap.Changes(r.last))
+	}
+	r.last = snap
+
+	g := r.globals(snap, r.total)
+	rewriteAll := full
+	if !full {
+		pg := r.globals(prev, 0)
+		rewriteAll = !pg.sameSemantics(&g)
+	}
+	clear(r.write)
+	if !rewriteAll {
+		for _, name := range changes {
+			r.write[name] = true
+		}
+	}
+
+	// Pass 1: refresh the state of changed ports, collect the chains to declare.
+	r.natDecl = append(r.natDecl[:0], sharedNATChains...)
+	ownRules, endpointsWritten := 0, 0
+	for _, st := range r.order {
+		write := rewriteAll || r.write[st.key]
+		if rebuild || r.dirty[st.key] || write {
+			sp := snap.Services[st.key]
+			if st.sp != sp {
+				p, err := makePlan(st, sp)
+				if err != nil {
+					return nil, err
+				}
+				if !rebuild {
+					r.removed = append(r.removed, st.chains...)
+				}
+				st.pruneSeps(sp)
+				st.plan = p
+				r.renderShared(st, sp, &st.plan)
+				st.chains = ownChains(st, sp, &st.plan, st.chains)
+				st.sp = sp
+				st.ownRules = 0
+				if !rebuild {
+					r.added = append(r.added, st.chains...)
+				}
+			}
+		}
+		if write {
+			r.natDecl = append(r.natDecl, st.chains...)
+			endpointsWritten += len(st.sp.Endpoints)
+		}
+	}
+	if rebuild {
+		r.owned = append(r.owned[:0], sharedNATChains...)
+		for _, st := range r.order {
+			r.owned = append(r.owned, st.chains...)
+		}
+		slices.Sort(r.owned)
+	} else {
+		r.owned, r.ownedSpare = mergeSorted(r.ownedSpare, r.owned, r.removed, r.added), r.owned
+	}
+
+	// Stale per-Service chains.
+	r.stale = r.stale[:0]
+	if full {
+		for _, c := range existing["nat"] {
+			if !isServiceChain(c) {
+				continue
+			}
+			if _, found := slices.BinarySearch(r.owned, c); !found {
+				r.stale = append(r.stale, c)
+			}
+		}
+	} else {
+		for _, name := range changes {
+			old := prev.Services[name]
+			if old == nil {
+				continue
+			}
+			st := r.states[name]
+			if st == nil {
+				st = newSvcState(name) // removed from snap: a throwaway state names the old chains
+			}
+			op, err := makePlan(st, old)
+			if err != nil {
+				continue // prev was rendered before, so this does not happen; nothing to delete if it does
+			}
+			r.ownScratch = ownChains(st, old, &op, r.ownScratch)
+			for _, c := range r.ownScratch {
+				if _, found := slices.BinarySearch(r.owned, c); !found {
+					r.stale = append(r.stale, c)
+				}
+			}
+		}
+		slices.Sort(r.stale)
+		r.stale = slices.Compact(r.stale)
+	}
+	if full {
+		r.natDecl = mergeSorted(r.natDecl, r.owned, nil, r.stale)
+	} else {
+		r.natDecl = append(r.natDecl, r.stale...)
+		slices.Sort(r.natDecl)
+	}
+
+	// Pass 2: the payload.
+	bufs := [numFrags]*lineBuf{&r.natServices, &r.natNodePorts, &r.filterServices, &r.filterExternal,
+		&r.filterFirewall, &r.filterNodePorts}
+	for _, b := range bufs {
+		b.reset()
+	}
+	for _, st := range r.order {
+		for i, b := range bufs {
+			if st.lines[i] > 0 {
+				b.b = append(b.b, st.shared[st.off[i]:st.off[i+1]]...)
+				b.lines += st.lines[i]
+			}
+		}
+	}
+	estimate := len(r.natServices.b) + len(r.natNodePorts.b) + len(r.filterServices.b) + len(r.filterExternal.b) +
+		len(r.filterFirewall.b) + len(r.filterNodePorts.b) + 40*len(r.natDecl) + 400*endpointsWritten + 1024
+	r.out = slices.Grow(r.out[:0], estimate)
+
+	res := &Result{
+		Rules:      map[string]int{},
+		RulesTotal: map[string]int{},
+		Chains:     map[string][]string{},
+		Deleted:    map[string][]string{"filter": nil, "nat": r.stale},
+		Full:       rewriteAll,
+	}
+	filterRules, filterChains := r.writeFilter(snap)
+	res.Rules["filter"], res.RulesTotal["filter"] = filterRules, filterRules
+	res.Chains["filter"] = filterChains
+
+	r.out = append(r.out, "*nat\n"...)
+	for _, c := range r.natDecl {
+		r.out = appendChainLine(r.out, c)
+	}
+	natShared := r.writeNATShared(snap)
+	w := &r.scratch
+	w.b, w.lines = r.out, 0
+	for _, st := range r.order {
+		if rewriteAll || r.write[st.key] {
+			st.ownRules = r.renderOwn(w, st, st.sp, &st.plan, &g)
+		}
+		ownRules += st.ownRules
+	}
+	for _, c := range r.stale {
+		w.b = append(w.b, "-X "...)
+		w.b = append(w.b, c...)
+		w.b = append(w.b, '\n')
+	}
+	w.b = append(w.b, "COMMIT\n"...)
+	res.Rules["nat"] = natShared + w.lines
+	res.RulesTotal["nat"] = natShared + ownRules
+	res.Chains["nat"] = r.owned
+	r.out = w.b
+	w.b = nil
+	res.Payload = r.out
+	return res, nil
+}
+
+// mergeSorted writes into dst's storage the sorted list a minus remove plus add and returns it. a must be
+// sorted and must not share storage with dst; remove and add are sorted here.
+func mergeSorted(dst, a, remove, add []string) []string {
+	slices.Sort(remove)
+	slices.Sort(add)
+	out := dst[:0]
+	i, j, k := 0, 0, 0
+	for i < len(a) || j < len(add) {
+		if j == len(add) || (i < len(a) && a[i] <= add[j]) {
+			for k < len(remove) && remove[k] < a[i] {
+				k++
+			}
+			if k < len(remove) && remove[k] == a[i] {
+				k++
+			} else {
+				out = append(out, a[i])
+			}
+			i++
+		} else {
+			out = append(out, add[j])
+			j++
+		}
+	}
+	return out
+}
+
+// writeFilter starts r.out with the filter table and returns its rule count and chains.
+func (r *Renderer) writeFilter(snap *proxy.Snapshot) (int, []string) {
+	localhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
+	chains := []string{chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainServices}
+	if localhost {
+		chains = append(chains, chainKubeletFirewall)
+	}
+	slices.Sort(chains)
+
+	b := append(r.out, "*filter\n"...)
+	for _, c := range chains {
+		b = appendChainLine(b, c)
+	}
+	w := &r.scratch
+	w.b, w.lines = b, 0
+	if localhost {
+		// route_localnet opens 127.0.0.0/8 to the network (https://issue.k8s.io/90259): drop what arrives
+		// for loopback from elsewhere. Kubelet writes the same rule.
+		w.rule(chainKubeletFirewall).comment("block incoming localnet connections").
+			t("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
+				"RELATED,ESTABLISHED,DNAT", "-j", "DROP").end()
+	}
+	n := w.lines
+	for _, part := range []*lineBuf{&r.filterServices, &r.filterExternal, &r.filterFirewall, &r.filterNodePorts} {
+		w.b = append(w.b, part.b...)
+		n += part.lines
+	}
+	w.lines = 0
+	if !r.cfg.TCPBeLiberal {
+		// Out-of-window packets would reset connections (https://issue.k8s.io/74839). Upstream adds an
+		// nfacct counter here for metrics; it is left out.
+		w.rule(chainForward).t("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP").end()
+	}
+	w.rule(chainForward).comment("kubernetes forwarding rules").
+		t("-m", "mark", "--mark", r.mark+"/"+r.mark, "-j", "ACCEPT").end()
+	w.rule(chainForward).comment("kubernetes forwarding conntrack rule").
+		t("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").end()
+	n += w.lines
+	w.b = append(w.b, "COMMIT\n"...)
+	r.out = w.b
+	w.b = nil
+	return n, chains
+}
+
+// writeNATShared appends the shared nat chains' rules to r.out and returns their number.
+func (r *Renderer) writeNATShared(snap *proxy.Snapshot) int {
+	w := &r.scratch
+	w.b, w.lines = r.out, 0
+	w.rule(chainPostrouting).t("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").end()
+	// Clear the mark so that a packet traversing the stack again is not masqueraded twice.
+	w.rule(chainPostrouting).t("-j", "MARK", "--xor-mark", r.mark).end()
+	w.rule(chainPostrouting).comment("kubernetes service traffic requiring SNAT").
+		t("-j", "MASQUERADE", "--random-fully").end()
+	w.rule(chainMarkMasq).t("-j", "MARK", "--or-mark", r.mark).end()
+
+	w.b = append(w.b, r.natServices.b...)
+	w.lines += r.natServices.lines
+	r.writeNodePortJumps(w, snap)
+	w.b = append(w.b, r.natNodePorts.b...)
+	w.lines += r.natNodePorts.lines
+	r.out = w.b
+	n := w.lines
+	w.b = nil
+	return n
+}
+
+const nodePortsComment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain"
+
+// writeNodePortJumps writes the last rules of KUBE-SERVICES, sending traffic to the NodePort addresses on
+// to KUBE-NODEPORTS.
+func (r *Renderer) writeNodePortJumps(w *lineBuf, snap *proxy.Snapshot) {
+	ipv6 := r.cfg.Family == v1.IPv6Protocol
+	localhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
+	npa := r.cfg.nodePortAddrs(&snap.Node)
+	if npa.all {
+		w.rule(chainServices).comment(nodePortsComment).t("-m", "addrtype", "--dst-type", "LOCAL")
+		// Localhost NodePorts never work on IPv6, and on IPv4 only with route_localnet.
+		if ipv6 {
+			w.t("!", "-d", "::1/128")
+		} else if !localhost {
+			w.t("!", "-d", "127.0.0.0/8")
+		}
+		w.t("-j", chainNodePorts).end()
+		return
+	}
+
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	if ipv6 {
+		loopback = netip.MustParsePrefix("::1/128")
+	}
+	loopbackOK := !ipv6 && localhost
+	if npa.primary.IsValid() {
+		w.rule(chainServices).comment(nodePortsComment).t("-d").addr(npa.primary).t("-j", chainNodePorts).end()
+	}
+	excluded := false
+	for _, p := range npa.prefixes {
+		inLoopback := p.Bits() >= loopback.Bits() && loopback.Contains(p.Addr())
+		if inLoopback && !loopbackOK {
+			continue // as upstream, which logs that localhost NodePorts are not possible here
+		}
+		if !loopbackOK && !excluded && p.Contains(loopback.Addr()) {
+			// The prefix includes loopback, which must not reach KUBE-NODEPORTS. Upstream lists addresses
+			// one by one and skips the loopback ones; here they leave KUBE-SERVICES first.
+			w.rule(chainServices).comment("kubernetes service nodeports: no localhost NodePorts").
+				t("-d").prefix(loopback).t("-j", "RETURN").end()
+			excluded = true
+		}
+		w.rule(chainServices).comment(nodePortsComment).t("-d").prefix(p).
+			t("-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePorts).end()
+	}
+}

@@ -1,0 +1,419 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"kube-proxy/proxy"
+)
+
+// Fragments of the shared chains one Service port contributes, in svcState.shared.
+const (
+	fragNATServices = iota
+	fragNATNodePorts
+	fragFilterServices
+	fragFilterExternal
+	fragFilterFirewall
+	fragFilterNodePorts
+	numFrags
+)
+
+// svcState is what the renderer remembers about one Service port between renders.
+type svcState struct {
+	key proxy.ServicePortName
+	// sp is the port the fields below were computed from (nil before the first render), plan its decisions.
+	sp   *proxy.ServicePort
+	plan plan
+
+	name  string // "ns/name[:port]"
+	proto string // "tcp", "udp" or "sctp"
+	svc   string // KUBE-SVC-…
+	svl   string // KUBE-SVL-…
+	ext   string // KUBE-EXT-…
+	fw    string // KUBE-FW-…
+	// seps caches the KUBE-SEP names by endpoint address.
+	seps map[string]string
+
+	// shared holds the rules sp adds to the shared chains: fragment i is shared[off[i]:off[i+1]] with
+	// lines[i] rules.
+	shared []byte
+	off    [numFrags + 1]int
+	lines  [numFrags]int
+
+	// chains are the nat chains of sp, sorted.
+	chains []string
+	// ownRules counts the rules last written into chains.
+	ownRules int
+}
+
+func newSvcState(spn proxy.ServicePortName) *svcState {
+	name := spn.String()
+	proto := protoLower(spn)
+	hash := hashName("", name, proto) // "-XXXXXXXXXXXXXXXX"
+	return &svcState{
+		key:   spn,
+		name:  name,
+		proto: proto,
+		svc:   PrefixService + hash,
+		svl:   PrefixServiceLocal + hash,
+		ext:   PrefixServiceExternal + hash,
+		fw:    PrefixServiceFirewall + hash,
+	}
+}
+
+// sep returns the KUBE-SEP chain name of an endpoint address.
+func (st *svcState) sep(addr string) string {
+	if n, ok := st.seps[addr]; ok {
+		return n
+	}
+	if st.seps == nil {
+		st.seps = map[string]string{}
+	}
+	n := hashName(PrefixEndpoint, st.name, st.proto, addr)
+	st.seps[addr] = n
+	return n
+}
+
+// pruneSeps forgets endpoint names no longer used by sp, when the cache has grown well past its size.
+func (st *svcState) pruneSeps(sp *proxy.ServicePort) {
+	if len(st.seps) <= 2*len(sp.Endpoints)+8 {
+		return
+	}
+	keep := make(map[string]string, len(sp.Endpoints))
+	for i := range sp.Endpoints {
+		a := sp.Endpoints[i].Addr
+		if n, ok := st.seps[a]; ok {
+			keep[a] = n
+		}
+	}
+	st.seps = keep
+}
+
+// plan holds upstream's per-Service decisions: which chains exist and where traffic goes.
+type plan struct {
+	hasEndpoints bool // usable endpoints somewhere in the cluster
+	hasInternal  bool // cluster IP traffic has endpoints to go to
+	hasExternal  bool // external traffic from outside has endpoints to go to
+	usesCluster  bool // KUBE-SVC exists
+	usesLocal    bool // KUBE-SVL exists
+	usesExt      bool // KUBE-EXT exists
+	usesFW       bool // KUBE-FW exists
+
+	internalChain string // where cluster IP traffic goes
+	externalChain string // where the EXT chain finally sends traffic
+	lbChain       string // where load balancer IP traffic goes (EXT or FW)
+
+	// Targets and comments of the filter rules for traffic without endpoints.
+	internalFilterTarget, internalFilterComment string
+	externalFilterTarget, externalFilterComment string
+}
+
+func makePlan(st *svcState, sp *proxy.ServicePort) (plan, error) {
+	var p plan
+	p.hasEndpoints = sp.HasAnyEndpoints
+	p.usesCluster = len(sp.ClusterEndpoints) > 0 && sp.UsesClusterEndpoints()
+	p.usesLocal = len(sp.LocalEndpoints) > 0 && sp.UsesLocalEndpoints()
+
+	p.internalChain, p.hasInternal = st.svc, p.hasEndpoints
+	internalUsed := p.usesCluster
+	if sp.InternalPolicyLocal {
+		p.internalChain, internalUsed = st.svl, p.usesLocal
+		if len(sp.LocalEndpoints) == 0 {
+			p.hasInternal = false
+		}
+	}
+	p.externalChain, p.hasExternal = st.svc, p.hasEndpoints
+	externalUsed := p.usesCluster
+	if sp.ExternalPolicyLocal {
+		p.externalChain, externalUsed = st.svl, p.usesLocal
+		if len(sp.LocalEndpoints) == 0 {
+			p.hasExternal = false
+		}
+	}
+	// The EXT chain is needed even without endpoints for external traffic: it short-circuits traffic from
+	// this node and its pods to the Cluster endpoints.
+	p.usesExt = p.hasEndpoints && sp.ExternallyAccessible()
+	p.lbChain = st.ext
+	p.usesFW = p.hasEndpoints && len(sp.LoadBalancerIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	if p.usesFW {
+		p.lbChain = st.fw
+	}
+
+	switch {
+	case p.hasInternal && !internalUsed:
+		return p, fmt.Errorf("service port %s: inconsistent snapshot: cluster IP traffic has endpoints but %s has none", st.name, p.internalChain)
+	case p.usesExt && p.hasExternal && !externalUsed:
+		return p, fmt.Errorf("service port %s: inconsistent snapshot: external traffic has endpoints but %s has none", st.name, p.externalChain)
+	case p.usesExt && sp.ExternalPolicyLocal && !p.usesCluster:
+		return p, fmt.Errorf("service port %s: inconsistent snapshot: no Cluster endpoints for short-circuited external traffic", st.name)
+	}
+
+	if !p.hasEndpoints {
+		p.internalFilterTarget, p.internalFilterComment = "REJECT", st.name+" has no endpoints"
+		p.externalFilterTarget, p.externalFilterComment = "REJECT", p.internalFilterComment
+	} else {
+		if !p.hasInternal {
+			p.internalFilterTarget, p.internalFilterComment = "DROP", st.name+" has no local endpoints"
+		}
+		if !p.hasExternal {
+			p.externalFilterTarget, p.externalFilterComment = "DROP", st.name+" has no local endpoints"
+		}
+	}
+	return p, nil
+}
+
+// ownChains returns the nat chains a port needs, sorted.
+func ownChains(st *svcState, sp *proxy.ServicePort, p *plan, dst []string) []string {
+	dst = dst[:0]
+	if p.usesExt {
+		dst = append(dst, st.ext)
+	}
+	if p.usesFW {
+		dst = append(dst, st.fw)
+	}
+	if p.usesCluster {
+		dst = append(dst, st.svc)
+	}
+	if p.usesLocal {
+		dst = append(dst, st.svl)
+	}
+	forReachable(sp, func(e *proxy.Endpoint) { dst = append(dst, st.sep(e.Addr)) })
+	slices.Sort(dst)
+	return dst
+}
+
+// forReachable calls fn for every endpoint reachable from this node under the port's policies (the union of
+// its Cluster and Local endpoints), in address order. Both lists are sorted by address.
+func forReachable(sp *proxy.ServicePort, fn func(e *proxy.Endpoint)) {
+	var c, l []proxy.Endpoint
+	if sp.UsesClusterEndpoints() {
+		c = sp.ClusterEndpoints
+	}
+	if sp.UsesLocalEndpoints() {
+		l = sp.LocalEndpoints
+	}
+	i, j := 0, 0
+	for i < len(c) || j < len(l) {
+		switch {
+		case j == len(l) || (i < len(c) && c[i].Addr < l[j].Addr):
+			fn(&c[i])
+			i++
+		case i == len(c) || l[j].Addr < c[i].Addr:
+			fn(&l[j])
+			j++
+		default: // the same endpoint in both
+			fn(&c[i])
+			i++
+			j++
+		}
+	}
+}
+
+// renderShared records the rules sp contributes to the shared chains of both tables.
+func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
+	w := &r.scratch
+	w.b = st.shared[:0]
+	w.lines = 0
+	mark := func(i int) {
+		st.off[i+1] = len(w.b)
+		st.lines[i] = w.lines
+		w.lines = 0
+	}
+	st.off[0] = 0
+
+	// nat KUBE-SERVICES: cluster IP, external IPs, load balancer IPs.
+	if p.hasInternal {
+		w.rule(chainServices).comment(st.name, " cluster IP").proto(st.proto).
+			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalChain).end()
+	}
+	if p.hasEndpoints {
+		for _, ip := range sp.ExternalIPs {
+			w.rule(chainServices).comment(st.name, " external IP").proto(st.proto).
+				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", st.ext).end()
+		}
+		for _, ip := range sp.LoadBalancerIPs {
+			w.rule(chainServices).comment(st.name, " loadbalancer IP").proto(st.proto).
+				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.lbChain).end()
+		}
+	}
+	mark(fragNATServices)
+
+	// nat KUBE-NODEPORTS. (Upstream adds a 127.0.0.0/8 copy of this rule carrying an nfacct counter for
+	// metrics; it is left out, see the package comment.)
+	if sp.NodePort != 0 && p.hasEndpoints {
+		w.rule(chainNodePorts).t("-m", "comment", "--comment", st.name).proto(st.proto).
+			t("--dport").num(sp.NodePort).t("-j", st.ext).end()
+	}
+	mark(fragNATNodePorts)
+
+	// filter KUBE-SERVICES: cluster IP without endpoints.
+	if !p.hasInternal {
+		w.rule(chainServices).comment(p.internalFilterComment).proto(st.proto).
+			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalFilterTarget).end()
+	}
+	mark(fragFilterServices)
+
+	// filter KUBE-EXTERNAL-SERVICES: external destinations without endpoints for outside traffic.
+	if !p.hasExternal {
+		for _, ip := range sp.ExternalIPs {
+			w.rule(chainExternalServices).comment(p.externalFilterComment).proto(st.proto).
+				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.externalFilterTarget).end()
+		}
+		for _, ip := range sp.LoadBalancerIPs {
+			w.rule(chainExternalServices).comment(p.externalFilterComment).proto(st.proto).
+				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.externalFilterTarget).end()
+		}
+		if sp.NodePort != 0 {
+			w.rule(chainExternalServices).comment(p.externalFilterComment).
+				t("-m", "addrtype", "--dst-type", "LOCAL").proto(st.proto).
+				t("--dport").num(sp.NodePort).t("-j", p.externalFilterTarget).end()
+		}
+	}
+	mark(fragFilterExternal)
+
+	// filter KUBE-PROXY-FIREWALL: load balancer traffic the FW chain did not accept.
+	if p.usesFW {
+		for _, ip := range sp.LoadBalancerIPs {
+			w.rule(chainProxyFirewall).comment(st.name, " traffic not accepted by ", st.fw).proto(st.proto).
+				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", "DROP").end()
+		}
+	}
+	mark(fragFilterFirewall)
+
+	// filter KUBE-NODEPORTS: the health check node port is always accepted.
+	if sp.HealthCheckNodePort != 0 {
+		w.rule(chainNodePorts).comment(st.name, " health check node port").proto("tcp").
+			t("--dport").num(sp.HealthCheckNodePort).t("-j", "ACCEPT").end()
+	}
+	mark(fragFilterNodePorts)
+
+	st.shared = w.b
+	w.b = nil
+}
+
+// globals are the inputs besides the Service port that change its own chains.
+type globals struct {
+	large      bool       // more than 1000 endpoints: no comments in endpoint rules
+	nodeIP     netip.Addr // the node's primary IP, for loadBalancerSourceRanges
+	ifLocal    []string   // matches traffic from local pods (nil: no detection)
+	ifNotLocal []string
+}
+
+// sameSemantics reports whether two globals render rules that treat traffic alike (comments aside).
+func (g *globals) sameSemantics(o *globals) bool {
+	return g.nodeIP == o.nodeIP && slices.Equal(g.ifLocal, o.ifLocal) && slices.Equal(g.ifNotLocal, o.ifNotLocal)
+}
+
+// renderOwn writes the port's own nat chains' rules into w and returns how many it wrote.
+func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p *plan, g *globals) int {
+	start := w.lines
+
+	// Masquerade cluster IP traffic that does not come from a local pod (or all of it).
+	if p.hasInternal && (r.cfg.MasqueradeAll || g.ifNotLocal != nil) {
+		w.rule(p.internalChain).comment(st.name, " cluster IP").proto(st.proto).
+			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port)
+		if !r.cfg.MasqueradeAll {
+			w.t(g.ifNotLocal...)
+		}
+		w.t("-j", chainMarkMasq).end()
+	}
+
+	if p.usesExt {
+		if !sp.ExternalPolicyLocal {
+			// Endpoints may be on other nodes: masquerade so replies come back here.
+			w.rule(st.ext).comment("masquerade traffic for ", st.name, " external destinations").
+				t("-j", chainMarkMasq).end()
+		} else {
+			// Source IP is kept. Pods and the node itself reach external destinations as if through an
+			// outside load balancer: Cluster endpoints, and the node's traffic masqueraded.
+			if g.ifLocal != nil {
+				w.rule(st.ext).comment("pod traffic for ", st.name, " external destinations").
+					t(g.ifLocal...).t("-j", st.svc).end()
+			}
+			w.rule(st.ext).comment("masquerade LOCAL traffic for ", st.name, " external destinations").
+				t("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq).end()
+			w.rule(st.ext).comment("route LOCAL traffic for ", st.name, " external destinations").
+				t("-m", "addrtype", "--src-type", "LOCAL", "-j", st.svc).end()
+		}
+		if p.hasExternal {
+			w.rule(st.ext).t("-j", p.externalChain).end()
+		}
+	}
+
+	if p.usesFW {
+		allowFromNode := false
+		for _, cidr := range sp.LoadBalancerSourceRanges {
+			w.rule(st.fw).comment(st.name, " loadbalancer IP").t("-s").prefix(cidr).t("-j", st.ext).end()
+			if g.nodeIP.IsValid() && cidr.Contains(g.nodeIP) {
+				allowFromNode = true
+			}
+		}
+		// A VIP load balancer's address is often local: the node's own requests to it then come from
+		// the VIP itself.
+		if allowFromNode {
+			for _, ip := range sp.LoadBalancerIPs {
+				w.rule(st.fw).comment(st.name, " loadbalancer IP").t("-s").addr(ip).t("-j", st.ext).end()
+			}
+		}
+		// What falls through is dropped by KUBE-PROXY-FIREWALL in the filter table (this rule only counts).
+		w.rule(st.fw).comment("other traffic to ", st.name, " will be dropped by KUBE-PROXY-FIREWALL").end()
+	}
+
+	if p.usesCluster {
+		r.renderEndpointJumps(w, st, sp, st.svc, sp.ClusterEndpoints, g)
+	}
+	if p.usesLocal {
+		r.renderEndpointJumps(w, st, sp, st.svl, sp.LocalEndpoints, g)
+	}
+
+	affinity := sp.SessionAffinity()
+	forReachable(sp, func(e *proxy.Endpoint) {
+		sep := st.sep(e.Addr)
+		// Hairpin: a pod reaching itself through the Service must be masqueraded.
+		w.rule(sep)
+		if !g.large {
+			w.t("-m", "comment", "--comment", st.name)
+		}
+		w.t("-s").addr(e.IP).t("-j", chainMarkMasq).end()
+
+		w.rule(sep)
+		if !g.large {
+			w.t("-m", "comment", "--comment", st.name)
+		}
+		if affinity {
+			w.t("-m", "recent", "--name", sep, "--set")
+		}
+		w.proto(st.proto).t("-j", "DNAT", "--to-destination", e.Addr).end()
+	})
+	return w.lines - start
+}
+
+// renderEndpointJumps writes a KUBE-SVC or KUBE-SVL chain: session affinity checks first, then one rule per
+// endpoint with probability 1/(n-i), the last one unconditional.
+func (r *Renderer) renderEndpointJumps(w *lineBuf, st *svcState, sp *proxy.ServicePort, chain string, eps []proxy.Endpoint, g *globals) {
+	if sp.SessionAffinity() {
+		for i := range eps {
+			e := &eps[i]
+			sep := st.sep(e.Addr)
+			w.rule(chain)
+			if !g.large {
+				w.comment(st.name, " -> ", e.Addr)
+			}
+			w.t("-m", "recent", "--name", sep, "--rcheck", "--seconds").num(sp.StickyMaxAgeSeconds).
+				t("--reap", "-j", sep).end()
+		}
+	}
+	n := len(eps)
+	for i := range eps {
+		e := &eps[i]
+		w.rule(chain)
+		if !g.large {
+			w.comment(st.name, " -> ", e.Addr)
+		}
+		if i < n-1 {
+			w.t("-m", "statistic", "--mode", "random", "--probability", r.probability(n-i))
+		}
+		w.t("-j", st.sep(e.Addr)).end()
+	}
+}

@@ -1,0 +1,244 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/proxy"
+	"kube-proxy/rules/iptables/iptrace"
+)
+
+// jumpPayload returns an iptables-restore payload (for --noflush) that creates the jump rules the way the
+// writer does: missing target chains created, each rule inserted at the top of its built-in chain in
+// JumpRules order, so the result matches upstream's successive `iptables -I`.
+func jumpPayload(cfg Config, have map[string][]string) []byte {
+	var b strings.Builder
+	for _, table := range []string{"filter", "nat"} {
+		b.WriteString("*" + table + "\n")
+		declared := map[string]bool{}
+		for _, j := range JumpRules(cfg) {
+			if j.Table == table && !slices.Contains(have[table], j.Target) && !declared[j.Target] {
+				b.WriteString(":" + j.Target + " - [0:0]\n")
+				declared[j.Target] = true
+			}
+		}
+		for _, j := range JumpRules(cfg) {
+			if j.Table != table {
+				continue
+			}
+			b.WriteString("-I " + j.Chain + " 1")
+			for _, a := range j.RuleSpec() {
+				if strings.Contains(a, " ") {
+					a = `"` + a + `"`
+				}
+				b.WriteString(" " + a)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
+}
+
+// kernelState renders snap fully and returns the fake kernel holding the payload and the jump rules.
+func kernelState(t *testing.T, cfg Config, snap *proxy.Snapshot) *iptrace.Tables {
+	t.Helper()
+	res, err := NewRenderer(cfg).Render(snap, nil, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := iptrace.New(cfg.Family == v1.IPv6Protocol)
+	if err := ts.Restore(res.Payload, iptrace.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatalf("payload: %v", err)
+	}
+	if err := ts.Restore(jumpPayload(cfg, res.Chains), iptrace.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatalf("jump rules: %v", err)
+	}
+	return ts
+}
+
+// Sources of traffic in the case table.
+type source struct {
+	name   string
+	src    string
+	in     string // arriving interface; "" for traffic from the node itself
+	recent []string
+}
+
+var (
+	fromPod       = source{name: "local pod", src: "10.244.1.7", in: "veth7"}
+	fromOtherNode = source{name: "other node", src: "192.168.0.2", in: "eth0"}
+	fromOutside   = source{name: "outside client", src: "198.51.100.9", in: "eth0"}
+	fromNode      = source{name: "node itself", src: "10.0.0.1"}
+	fromLocalhost = source{name: "localhost", src: "127.0.0.1"}
+)
+
+// expect is the outcome of one trace: reachable endpoints (sorted), whether traffic is masqueraded, and
+// the verdicts.
+type expect struct {
+	Endpoints []string
+	Masq      bool
+	Verdicts  []string
+}
+
+func reach(masq bool, endpoints ...string) expect {
+	return expect{Endpoints: endpoints, Masq: masq, Verdicts: []string{"ACCEPT"}}
+}
+
+var (
+	dropped   = expect{Verdicts: []string{"DROP"}}
+	rejected  = expect{Verdicts: []string{"REJECT"}}
+	untouched = expect{Verdicts: []string{"ACCEPT"}}
+)
+
+const (
+	localEP  = "10.244.1.5:8080"
+	remoteEP = "10.244.2.6:8080"
+)
+
+// TestTraceCases walks packets through rendered rules: ClusterIP, NodePort, externalIP and load balancer
+// addresses × traffic policies × sources.
+func TestTraceCases(t *testing.T) {
+	both := eps(localEP+",local", remoteEP)
+	remoteOnly := eps(remoteEP)
+	snap := snapshot(v4, v4Node("10.0.0.1"),
+		port("t/cluster", "", v1.ProtocolTCP, "10.96.1.1", 80, both),
+		port("t/nodeport", "", v1.ProtocolTCP, "10.96.1.2", 80, nodePort(30002), both),
+		port("t/local", "", v1.ProtocolTCP, "10.96.1.3", 80, nodePort(30003), lbIPs("203.0.113.3"),
+			externalIPs("192.0.2.3"), etpLocal(31003), both),
+		port("t/local-none", "", v1.ProtocolTCP, "10.96.1.4", 80, nodePort(30004), lbIPs("203.0.113.4"),
+			etpLocal(31004), remoteOnly),
+		port("t/itp", "", v1.ProtocolUDP, "10.96.1.5", 53, itpLocal, eps("10.244.1.5:53,local", "10.244.2.6:53")),
+		port("t/itp-none", "", v1.ProtocolUDP, "10.96.1.6", 53, itpLocal, eps("10.244.2.6:53")),
+		port("t/fw", "", v1.ProtocolTCP, "10.96.1.7", 80, nodePort(30007), lbIPs("203.0.113.7"),
+			sourceRanges("198.51.100.0/24"), remoteOnly),
+		port("t/empty", "", v1.ProtocolTCP, "10.96.1.8", 80, nodePort(30008), externalIPs("192.0.2.8")),
+		port("t/external", "", v1.ProtocolSCTP, "10.96.1.9", 80, externalIPs("192.0.2.9"), both),
+		port("t/sticky", "", v1.ProtocolTCP, "10.96.1.10", 80, affinity(60), both),
+	)
+	sticky := snap.Services[port("t/sticky", "", v1.ProtocolTCP, "10.96.1.10", 80).Name]
+	stickyRemote := EndpointChainName(sticky.Name, remoteEP)
+
+	cases := []struct {
+		dst   string
+		proto string
+		from  source
+		want  expect
+	}{
+		// ClusterIP: spread over all endpoints; masqueraded unless from a local pod.
+		{"10.96.1.1:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
+		{"10.96.1.1:80", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
+		{"10.96.1.1:80", "tcp", fromNode, reach(true, localEP, remoteEP)},
+		{"10.96.1.1:81", "tcp", fromPod, untouched},
+		{"10.96.1.1:80", "udp", fromPod, untouched},
+		// NodePort with Cluster policy: always masqueraded, on the node IP and on localhost.
+		{"10.0.0.1:30002", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
+		{"10.0.0.1:30002", "tcp", fromPod, reach(true, localEP, remoteEP)},
+		{"10.0.0.1:30002", "tcp", fromNode, reach(true, localEP, remoteEP)},
+		{"127.0.0.1:30002", "tcp", fromLocalhost, reach(true, localEP, remoteEP)},
+		{"10.0.0.9:30002", "tcp", fromOtherNode, untouched}, // not a local address
+		// externalTrafficPolicy Local: outside traffic keeps its source and stays on this node; pods and the
+		// node itself are short-circuited to all endpoints.
+		{"10.0.0.1:30003", "tcp", fromOtherNode, reach(false, localEP)},
+		{"203.0.113.3:80", "tcp", fromOutside, reach(false, localEP)},
+		{"192.0.2.3:80", "tcp", fromOutside, reach(false, localEP)},
+		{"203.0.113.3:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
+		{"10.0.0.1:30003", "tcp", fromNode, reach(true, localEP, remoteEP)},
+		{"127.0.0.1:30003", "tcp", fromLocalhost, reach(true, localEP, remoteEP)},
+		{"10.96.1.3:80", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
+		// ... without local endpoints: outside traffic is dropped, short-circuited traffic still works.
+		{"10.0.0.1:30004", "tcp", fromOtherNode, dropped},
+		{"203.0.113.4:80", "tcp", fromOutside, dropped},
+		{"203.0.113.4:80", "tcp", fromPod, reach(false, remoteEP)},
+		{"10.0.0.1:30004", "tcp", fromNode, reach(true, remoteEP)},
+		{"10.96.1.4:80", "tcp", fromPod, reach(false, remoteEP)},
+		// internalTrafficPolicy Local.
+		{"10.96.1.5:53", "udp", fromPod, reach(false, "10.244.1.5:53")},
+		{"10.96.1.5:53", "udp", fromOtherNode, reach(true, "10.244.1.5:53")},
+		{"10.96.1.6:53", "udp", fromPod, dropped},
+		{"10.96.1.6:53", "udp", fromNode, dropped},
+		// loadBalancerSourceRanges: only listed sources reach the LB IP; NodePorts are not filtered.
+		{"203.0.113.7:80", "tcp", fromOutside, reach(true, remoteEP)},
+		{"203.0.113.7:80", "tcp", fromOtherNode, dropped},
+		{"203.0.113.7:80", "tcp", fromNode, dropped},
+		{"10.0.0.1:30007", "tcp", fromOtherNode, reach(true, remoteEP)},
+		// No endpoints: rejected everywhere.
+		{"10.96.1.8:80", "tcp", fromPod, rejected},
+		{"10.96.1.8:80", "tcp", fromNode, rejected},
+		{"10.0.0.1:30008", "tcp", fromOtherNode, rejected},
+		{"192.0.2.8:80", "tcp", fromOutside, rejected},
+		// externalIPs with Cluster policy (SCTP): masqueraded, all endpoints.
+		{"192.0.2.9:80", "sctp", fromOutside, reach(true, localEP, remoteEP)},
+		{"192.0.2.9:80", "sctp", fromPod, reach(true, localEP, remoteEP)},
+		// Session affinity: a known client sticks to its endpoint.
+		{"10.96.1.10:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
+		{"10.96.1.10:80", "tcp", source{name: "sticky pod", src: "10.244.1.7", in: "veth7", recent: []string{stickyRemote}}, reach(false, remoteEP)},
+	}
+	cfg := Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: prefixes("10.244.0.0/16")}, LocalhostNodePorts: true}
+	ts := kernelState(t, cfg, snap)
+	for _, tc := range cases {
+		t.Run(tc.from.name+"->"+tc.dst+"/"+tc.proto, func(t *testing.T) {
+			got, res := trace(t, ts, tc.from, tc.dst, tc.proto)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s\ntrace:\n%s", diff, res)
+			}
+		})
+	}
+}
+
+// TestTraceLocalhostNodePorts checks that NodePorts do not answer on localhost when they must not: IPv4
+// without localhostNodePorts, and IPv6 always.
+func TestTraceLocalhostNodePorts(t *testing.T) {
+	v4snap := snapshot(v4, v4Node("10.0.0.1"), port("t/np", "", v1.ProtocolTCP, "10.96.1.2", 80, nodePort(30002), eps(remoteEP)))
+	ts := kernelState(t, Config{Family: v4}, v4snap)
+	if got, res := trace(t, ts, fromLocalhost, "127.0.0.1:30002", "tcp"); !cmp.Equal(got, untouched) {
+		t.Errorf("IPv4 localhost NodePort without localhostNodePorts: got %+v\n%s", got, res)
+	}
+	if got, res := trace(t, ts, fromNode, "10.0.0.1:30002", "tcp"); !cmp.Equal(got, reach(true, remoteEP)) {
+		t.Errorf("IPv4 NodePort on the node IP: got %+v\n%s", got, res)
+	}
+
+	ep6 := "[fd00:10:244:2::6]:8080"
+	v6snap := snapshot(v6, proxy.Node{Name: testNode, IPs: []netip.Addr{mustAddr("fd00::1")}},
+		port("t/np", "", v1.ProtocolTCP, "fd00:96::2", 80, nodePort(30002), eps(ep6)))
+	ts6 := kernelState(t, Config{Family: v6, LocalhostNodePorts: true}, v6snap)
+	if got, res := trace(t, ts6, source{name: "localhost6", src: "::1"}, "[::1]:30002", "tcp"); !cmp.Equal(got, untouched) {
+		t.Errorf("IPv6 localhost NodePort: got %+v\n%s", got, res)
+	}
+	if got, res := trace(t, ts6, source{name: "other node", src: "fd00::2", in: "eth0"}, "[fd00::1]:30002", "tcp"); !cmp.Equal(got, reach(true, ep6)) {
+		t.Errorf("IPv6 NodePort: got %+v\n%s", got, res)
+	}
+}
+
+func trace(t *testing.T, ts *iptrace.Tables, from source, dst, proto string) (expect, *iptrace.Result) {
+	t.Helper()
+	d := netip.MustParseAddrPort(dst)
+	pkt := iptrace.Packet{
+		Src:        mustAddr(from.src),
+		Dst:        d.Addr(),
+		DPort:      d.Port(),
+		Protocol:   proto,
+		InIface:    from.in,
+		Local:      from.in == "",
+		LocalAddrs: []netip.Addr{mustAddr("10.0.0.1"), mustAddr("fd00::1")},
+		Recent:     from.recent,
+	}
+	res, err := ts.Trace(pkt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masq, ok := res.Masquerade()
+	if !ok {
+		t.Errorf("some branches masqueraded, some not:\n%s", res)
+	}
+	got := expect{Endpoints: res.Endpoints(), Masq: masq, Verdicts: res.Verdicts()}
+	if slices.Contains(got.Verdicts, "DROP") || slices.Contains(got.Verdicts, "REJECT") {
+		got.Masq = false // a dropped packet reaches no POSTROUTING
+	}
+	return got, res
+}
