@@ -29,6 +29,12 @@ type Reconfigurer interface {
 	Reconfigure(cfg *config.KubeProxyConfiguration) error
 }
 
+// Watcher is implemented by dataplanes that notice their kernel state being removed behind their back
+// (a firewall reload flushing iptables, say); they call resync to ask for a full sync.
+type Watcher interface {
+	Watch(ctx context.Context, interval time.Duration, resync func())
+}
+
 // Options configure a Proxy.
 type Options struct {
 	// NodeName is this node's name.
@@ -160,8 +166,16 @@ func (p *Proxy) Healthy() bool {
 	return p.runner.RunningFor() < timeout && p.health.Status().Healthy
 }
 
-// Loop runs the sync loop until ctx is done. Call it once the informers have synced.
-func (p *Proxy) Loop(ctx context.Context) { p.runner.Loop(ctx) }
+// Loop runs the sync loop, and the dataplanes' watchers, until ctx is done. Call it once the informers
+// have synced.
+func (p *Proxy) Loop(ctx context.Context) {
+	for _, d := range p.opts.Dataplanes {
+		if w, ok := d.Dataplane.(Watcher); ok {
+			go w.Watch(ctx, p.opts.SyncPeriod, func() { p.runner.Request(true) })
+		}
+	}
+	p.runner.Loop(ctx)
+}
 
 // sync is the Runner's SyncFunc: snapshot → apply per family → report.
 func (p *Proxy) sync(ctx context.Context, full bool) error {

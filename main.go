@@ -1,0 +1,154 @@
+// Command kube-proxy is a drop-in reimplementation of Kubernetes' kube-proxy as a single-binary node daemon
+// managed by systemd: it reads upstream's KubeProxyConfiguration, watches Services, EndpointSlices and its
+// own Node, and programs iptables or IPVS so that Service IPs and ports reach their endpoints.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules"
+	"kube-proxy/systemd"
+)
+
+// Set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "v0.0.0-dev"
+	commit  = "unknown"
+)
+
+func main() {
+	if len(os.Args) == 3 && os.Args[1] == "reload" { // ExecReload= of the unit: signal and wait
+		os.Exit(reloadCommand(os.Args[2]))
+	}
+	opts := config.NewOptions()
+	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	fs.AddGoFlagSet(klogFlags)
+	opts.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "kube-proxy:", err)
+		os.Exit(2)
+	}
+	if opts.Version {
+		fmt.Printf("kube-proxy %s (commit %s)\n", version, commit)
+		os.Exit(0)
+	}
+	cfg, err := opts.Complete(fs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube-proxy: invalid configuration:\n"+err.Error())
+		os.Exit(1)
+	}
+	setVerbosity := func(v int) error { return klogFlags.Set("v", strconv.Itoa(v)) }
+	if err := setVerbosity(int(cfg.Logging.Verbosity)); err != nil {
+		fmt.Fprintln(os.Stderr, "kube-proxy:", err)
+		os.Exit(1)
+	}
+	if cfg.Logging.Format == "json" {
+		systemd.UseJSONLogs()
+	}
+	defer klog.Flush()
+	if opts.WriteConfigTo != "" {
+		exitOn(writeConfig(opts.WriteConfigTo, cfg))
+		os.Exit(0)
+	}
+	klog.InfoS("Starting kube-proxy", "version", version, "commit", commit, "config", opts.ConfigFile, "overriddenByFlags", opts.Overrides(fs))
+	if opts.Cleanup {
+		exitOn(rules.Cleanup(context.Background()))
+		klog.InfoS("Cleanup done")
+		os.Exit(0)
+	}
+	exitOn(run(opts, fs, cfg, setVerbosity))
+}
+
+// run starts the daemon and blocks until it is told to stop.
+func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfiguration, setVerbosity func(int) error) error {
+	if err := systemd.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
+		klog.ErrorS(err, "Continuing with the inherited OOM score")
+	}
+	nodeName, err := proxy.NodeName(cfg.HostnameOverride)
+	if err != nil {
+		return err
+	}
+	client, err := proxy.NewClient(cfg.ClientConnection, opts.Master, "kube-proxy/"+version)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	registry := prometheus.NewRegistry()
+	dp, err := rules.New(ctx, cfg, nodeName, registry)
+	if err != nil {
+		return fmt.Errorf("setting up the %s dataplane: %w", cfg.Mode, err)
+	}
+	if opts.InitOnly {
+		klog.InfoS("Initialization done (--init-only)")
+		return nil
+	}
+	srv := proxy.NewServer(cfg, client, nodeName, registry, dp)
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() { done <- srv.Run(ctx); close(finished) }()
+	err = systemd.Run(ctx, systemd.NewNotifier(), systemd.Hooks{
+		Ready:   srv.Proxy.Ready(),
+		Healthy: srv.Proxy.Healthy,
+		Status:  srv.Status,
+		Done:    done,
+		Reload: func(ctx context.Context) systemd.ReloadStatus {
+			next, loadErr := opts.Complete(fs)
+			r := srv.Reload(ctx, next, loadErr, setVerbosity)
+			return systemd.ReloadStatus{Generation: r.Generation, Result: r.Result, Message: r.Message}
+		},
+	})
+	cancel()
+	select { // let servers and the sync loop wind down, within the 2 s a stop may take
+	case <-finished:
+	case <-time.After(1500 * time.Millisecond):
+	}
+	return err
+}
+
+// reloadCommand is `kube-proxy reload PID`: signal the daemon and wait for the outcome of its reload.
+func reloadCommand(pidArg string) int {
+	pid, err := strconv.Atoi(pidArg)
+	if err == nil {
+		err = systemd.ReloadAndWait(pid, systemd.RuntimeDir(), 2*time.Minute)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube-proxy reload:", err)
+		return 1
+	}
+	return 0
+}
+
+func writeConfig(path string, cfg *config.KubeProxyConfiguration) error {
+	b, err := config.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("writing config: %w", err)
+	}
+	return nil
+}
+
+func exitOn(err error) {
+	if err != nil {
+		klog.ErrorS(err, "kube-proxy failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// NodePortAddresses is nodePortAddresses for one IP family: the CIDRs NodePorts (and health-check node
+// ports) answer on, with upstream's keywords resolved: "primary" (the node's first IP of the family, taken
+// from each snapshot so it follows the Node), "localhost" (127.0.0.0/8, ::1/128) and "all".
+type NodePortAddresses struct {
+	// CIDRs of this family, keywords other than "primary" expanded.
+	CIDRs []netip.Prefix
+	// Primary is set when the list contained "primary".
+	Primary bool
+}
+
+// ParseNodePortAddresses keeps the entries of family from a validated nodePortAddresses list.
+func ParseNodePortAddresses(list []string, family v1.IPFamily) NodePortAddresses {
+	var n NodePortAddresses
+	add := func(p netip.Prefix) {
+		if ipFamily(p.Addr()) == family {
+			n.CIDRs = append(n.CIDRs, p)
+		}
+	}
+	for _, s := range list {
+		switch s {
+		case "primary":
+			n.Primary = true
+		case "localhost":
+			add(netip.MustParsePrefix("127.0.0.0/8"))
+			add(netip.MustParsePrefix("::1/128"))
+		case "all":
+			add(netip.MustParsePrefix("0.0.0.0/0"))
+			add(netip.MustParsePrefix("::/0"))
+		default:
+			if p, err := parseCIDR(s); err == nil {
+				add(p)
+			}
+		}
+	}
+	return n
+}
+
+// For returns the CIDRs in force for a node: the configured ones plus the node's primary IP when asked for.
+// matchAll is true when nothing restricts the family (no entry of the family, or a zero-length prefix).
+func (n NodePortAddresses) For(node *Node) (cidrs []netip.Prefix, matchAll bool) {
+	cidrs = slices.Clone(n.CIDRs)
+	if n.Primary && len(node.IPs) > 0 && !node.IPs[0].IsLoopback() {
+		cidrs = append(cidrs, netip.PrefixFrom(node.IPs[0], node.IPs[0].BitLen()))
+	}
+	if len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
+		return nil, true
+	}
+	return cidrs, false
+}
+
+// ListenAddrs returns the local interface addresses inside the CIDRs in force (for the health-check
+// servers); all is true when every address matches.
+func (n NodePortAddresses) ListenAddrs(node *Node) (addrs []netip.Addr, all bool) {
+	cidrs, all := n.For(node)
+	if all {
+		return nil, true
+	}
+	ifAddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, false
+	}
+	var out []netip.Addr
+	for _, a := range ifAddrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		for _, c := range cidrs {
+			if c.Contains(ip) && !slices.Contains(out, ip) {
+				out = append(out, ip)
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, false
+}

@@ -1,0 +1,233 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+)
+
+// Server is the running daemon without its process plumbing: the configuration in force, the Proxy, and the
+// health and metrics HTTP servers. main builds it; systemd.Run drives its lifecycle.
+type Server struct {
+	NodeName string
+	Registry *prometheus.Registry
+	Proxy    *Proxy
+
+	client        kubernetes.Interface
+	serviceHealth []*ServiceHealth
+
+	mu      sync.Mutex
+	cfg     *config.KubeProxyConfiguration
+	reloads uint64
+}
+
+// NewServer creates the Proxy for cfg with the given dataplanes and a fresh metrics registry (with Go and
+// process collectors). Dataplanes may register their own metrics on Registry before Run.
+func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, nodeName string,
+	registry *prometheus.Registry, dataplanes []FamilyDataplane) *Server {
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	syncPeriod, minSyncPeriod := cfg.SyncPeriods()
+	gateOn := func(name string, def bool) bool {
+		if v, ok := cfg.FeatureGates[name]; ok {
+			return v
+		}
+		return def
+	}
+	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg}
+	byFamily := map[v1.IPFamily]*ServiceHealth{}
+	s.Proxy = New(Options{
+		NodeName:      nodeName,
+		Dataplanes:    dataplanes,
+		SyncPeriod:    syncPeriod,
+		MinSyncPeriod: minSyncPeriod,
+		ExternalIPs:   gateOn("AllowServiceExternalIPs", true),
+		Registry:      registry,
+		OnApplied:     func(snap *Snapshot) { byFamily[snap.Family].Sync(snap) },
+	})
+	for _, d := range dataplanes {
+		sh := NewServiceHealth(d.Family, func() []string { return s.Config().NodePortAddresses }, s.Proxy.Health())
+		byFamily[d.Family] = sh
+		s.serviceHealth = append(s.serviceHealth, sh)
+	}
+	return s
+}
+
+// Config returns the configuration in force.
+func (s *Server) Config() *config.KubeProxyConfiguration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
+
+// Run serves /healthz, /livez and /metrics, watches the API and syncs until ctx is done. It returns early
+// only when a server cannot listen and bindAddressHardFail is set.
+func (s *Server) Run(ctx context.Context) error {
+	cfg := s.Config()
+	for _, sh := range s.serviceHealth {
+		go sh.Shutdown(ctx)
+	}
+	serveErr := make(chan error, 2)
+	s.serve(ctx, "healthz", cfg.HealthzBindAddress, s.Proxy.Health().Handler(), serveErr)
+	s.serve(ctx, "metrics", cfg.MetricsBindAddress, s.metricsHandler(), serveErr)
+
+	synced := make(chan error, 1)
+	go func() { synced <- s.Proxy.WatchAPI(ctx, s.client, cfg.ConfigSyncPeriod.Duration) }()
+	for {
+		select {
+		case err := <-serveErr:
+			if cfg.BindAddressHardFail {
+				return err
+			}
+			klog.ErrorS(err, "Continuing without this server (bindAddressHardFail is false)")
+		case err := <-synced:
+			if err != nil {
+				return err
+			}
+			s.Proxy.Loop(ctx)
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// serve listens on addr (host:port; an empty addr or port 0 disables the server) and serves h until ctx is
+// done. A listen failure is sent to errs.
+func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, errs chan<- error) {
+	if addr == "" || strings.HasSuffix(addr, ":0") {
+		klog.InfoS("Server disabled", "server", name)
+		return
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		errs <- fmt.Errorf("%s server: %w", name, err)
+		return
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	go func() {
+		klog.InfoS("Serving", "server", name, "address", ln.Addr().String())
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Server stopped", "server", name)
+		}
+	}()
+}
+
+// metricsHandler serves what upstream's metrics port serves: /metrics, /healthz, /proxyMode, /configz, and
+// /debug/pprof when enableProfiling is set.
+func (s *Server) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
+		mode := s.Config().Mode
+		if mode == "" {
+			mode = config.ModeIPTables
+		}
+		_, _ = fmt.Fprint(w, mode)
+	})
+	mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"kubeproxy.config.k8s.io": s.Config()})
+	})
+	if s.Config().EnableProfiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// ReloadResult is the outcome of one configuration reload.
+type ReloadResult struct {
+	Generation uint64
+	// Result is "applied", "invalid" or "restart-required".
+	Result  string
+	Message string
+}
+
+// Reload applies a newly loaded configuration: fields that can change live are put in force (sync periods,
+// log verbosity, dataplane settings, confirmed by a full sync) and the call returns once they are. A load
+// error, or a change to a field that needs a restart, keeps the running configuration entirely.
+func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration, loadErr error, setVerbosity func(int) error) ReloadResult {
+	s.mu.Lock()
+	s.reloads++
+	res := ReloadResult{Generation: s.reloads}
+	cur := s.cfg
+	s.mu.Unlock()
+	fail := func(result, msg string) ReloadResult {
+		res.Result, res.Message = result, msg
+		s.Proxy.Metrics().ConfigReloads.WithLabelValues(result).Inc()
+		klog.ErrorS(nil, "Configuration reload refused; the running configuration stays in force", "result", result, "reason", msg)
+		return res
+	}
+	if loadErr != nil {
+		return fail("invalid", loadErr.Error())
+	}
+	live, restart := config.ReloadPlan(cur, next)
+	if len(restart) > 0 {
+		return fail("restart-required", "changed fields need a restart: "+strings.Join(restart, ", "))
+	}
+	if err := setVerbosity(int(next.Logging.Verbosity)); err != nil {
+		return fail("invalid", err.Error())
+	}
+	syncPeriod, minSyncPeriod := next.SyncPeriods()
+	s.Proxy.SetSyncPeriods(syncPeriod, minSyncPeriod)
+	if err := s.Proxy.Reconfigure(ctx, next); err != nil {
+		// The dataplanes keep what they had; sync periods and verbosity are harmless to keep.
+		return fail("invalid", err.Error())
+	}
+	s.mu.Lock()
+	s.cfg = next
+	s.mu.Unlock()
+	res.Result = "applied"
+	res.Message = "changed: " + strings.Join(live, ", ")
+	if len(live) == 0 {
+		res.Message = "no changes"
+	}
+	s.Proxy.Metrics().ConfigReloads.WithLabelValues(res.Result).Inc()
+	klog.InfoS("Configuration reloaded", "generation", res.Generation, "changed", live)
+	return res
+}
+
+// Status is a one-line summary for `systemctl status`.
+func (s *Server) Status() string {
+	cfg := s.Config()
+	mode := string(cfg.Mode)
+	if mode == "" {
+		mode = string(config.ModeIPTables)
+	}
+	var parts []string
+	for _, d := range s.Proxy.opts.Dataplanes {
+		if snap := s.Proxy.LastApplied(d.Family); snap != nil {
+			parts = append(parts, fmt.Sprintf("%d %s service ports", len(snap.Services), d.Family))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("Starting (mode %s, node %s)", mode, s.NodeName)
+	}
+	return fmt.Sprintf("Proxying %s (mode %s, node %s)", strings.Join(parts, ", "), mode, s.NodeName)
+}

@@ -1,0 +1,168 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// ServiceHealth runs the health-check node port servers of one IP family: for every LoadBalancer Service
+// with externalTrafficPolicy Local, an HTTP server on its healthCheckNodePort that tells the cloud load
+// balancer whether this node has local endpoints (200) or not (503), with upstream's JSON body and headers.
+type ServiceHealth struct {
+	family  v1.IPFamily
+	network string
+	// addrs returns the addresses to listen on for a snapshot (unspecified address = all).
+	addrs  func(*Snapshot) []netip.Addr
+	health *Health
+	listen func(network, addr string) (net.Listener, error)
+
+	mu       sync.RWMutex
+	services map[types.NamespacedName]*hcServer
+}
+
+type hcServer struct {
+	port      int32
+	addrs     []netip.Addr
+	servers   []*http.Server
+	endpoints int
+}
+
+// NewServiceHealth returns the health-check servers of family, listening on the addresses that
+// nodePortAddresses (read through cfg at each sync, so reloads apply) allows.
+func NewServiceHealth(family v1.IPFamily, nodePortAddresses func() []string, health *Health) *ServiceHealth {
+	network, unspecified := "tcp4", netip.IPv4Unspecified()
+	if family == v1.IPv6Protocol {
+		network, unspecified = "tcp6", netip.IPv6Unspecified()
+	}
+	addrs := func(snap *Snapshot) []netip.Addr {
+		addrs, all := ParseNodePortAddresses(nodePortAddresses(), family).ListenAddrs(&snap.Node)
+		if all {
+			return []netip.Addr{unspecified}
+		}
+		return addrs
+	}
+	return &ServiceHealth{family: family, network: network, addrs: addrs, health: health,
+		listen: net.Listen, services: map[types.NamespacedName]*hcServer{}}
+}
+
+// Sync opens and closes servers to match the snapshot and updates their local endpoint counts: the number
+// of distinct IPs of this node's ready endpoints of the Service.
+func (s *ServiceHealth) Sync(snap *Snapshot) {
+	ports := map[types.NamespacedName]int32{}
+	local := map[types.NamespacedName]map[netip.Addr]struct{}{}
+	for _, sp := range snap.Services {
+		if sp.HealthCheckNodePort == 0 {
+			continue
+		}
+		nn := sp.Name.NamespacedName
+		ports[nn] = sp.HealthCheckNodePort
+		for _, e := range sp.Endpoints {
+			if e.IsLocal && e.Ready {
+				if local[nn] == nil {
+					local[nn] = map[netip.Addr]struct{}{}
+				}
+				local[nn][e.IP] = struct{}{}
+			}
+		}
+	}
+	addrs := s.addrs(snap)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for nn, hc := range s.services {
+		if port, ok := ports[nn]; !ok || port != hc.port || !slices.Equal(addrs, hc.addrs) {
+			klog.V(2).InfoS("Closing health check server", "service", nn, "port", hc.port)
+			hc.close()
+			delete(s.services, nn)
+		}
+	}
+	for nn, port := range ports {
+		hc := s.services[nn]
+		if hc == nil {
+			var err error
+			if hc, err = s.open(nn, port, addrs); err != nil {
+				klog.ErrorS(err, "Failed to start health check server", "service", nn, "port", port)
+				continue
+			}
+			klog.V(2).InfoS("Opened health check server", "service", nn, "port", port, "ipFamily", s.family)
+			s.services[nn] = hc
+		}
+		hc.endpoints = len(local[nn])
+	}
+}
+
+func (s *ServiceHealth) open(nn types.NamespacedName, port int32, addrs []netip.Addr) (*hcServer, error) {
+	hc := &hcServer{port: port, addrs: addrs}
+	for _, a := range addrs {
+		ln, err := s.listen(s.network, netip.AddrPortFrom(a, uint16(port)).String())
+		if err != nil {
+			hc.close()
+			return nil, fmt.Errorf("listening on %s port %d: %w", a, port, err)
+		}
+		srv := &http.Server{Handler: s.handler(nn), ReadHeaderTimeout: 10 * time.Second}
+		hc.servers = append(hc.servers, srv)
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.ErrorS(err, "Health check server stopped", "service", nn)
+			}
+		}()
+	}
+	return hc, nil
+}
+
+func (hc *hcServer) close() {
+	for _, srv := range hc.servers {
+		_ = srv.Close()
+	}
+}
+
+// Close stops every server.
+func (s *ServiceHealth) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for nn, hc := range s.services {
+		hc.close()
+		delete(s.services, nn)
+	}
+}
+
+// Shutdown closes every server when ctx is done.
+func (s *ServiceHealth) Shutdown(ctx context.Context) {
+	<-ctx.Done()
+	s.Close()
+}
+
+func (s *ServiceHealth) handler(nn types.NamespacedName) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.RLock()
+		hc, ok := s.services[nn]
+		count := 0
+		if ok {
+			count = hc.endpoints
+		}
+		s.mu.RUnlock()
+		healthy := s.health.Status().Healthy
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
+		if count > 0 && healthy {
+			w.WriteHeader(http.StatusOK)
+		} else {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = fmt.Fprintf(w, "{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d,\n\t\"serviceProxyHealthy\": %v\n}",
+			nn.Namespace, nn.Name, count, healthy)
+	})
+}

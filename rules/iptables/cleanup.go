@@ -1,0 +1,67 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"kube-proxy/rules/xtables"
+)
+
+// cleanupKernel is what Cleanup needs beyond kernel.
+type cleanupKernel interface {
+	kernel
+	DeleteRule(table, chain string, rule ...string) error
+}
+
+// cleanupChains are the chains mode iptables creates besides the per-Service ones, per table.
+var cleanupChains = map[string][]string{
+	"nat":    {chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary},
+	"filter": {chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary, chainKubeletFirewall},
+	"mangle": {chainCanary},
+}
+
+// Cleanup removes every jump rule and chain that mode iptables (ours or upstream's) creates from one
+// backend and family: the jumps from built-in chains first, then our chains are flushed and deleted in one
+// iptables-restore per table. Rules and chains of others are left alone.
+func Cleanup(ctx context.Context, k cleanupKernel) error {
+	var errs []error
+	for _, j := range JumpRules(Config{}) {
+		if err := k.DeleteRule(j.Table, j.Chain, j.RuleSpec()...); err != nil && !xtables.IsNotExist(err) {
+			errs = append(errs, fmt.Errorf("deleting jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
+		}
+	}
+	var buf bytes.Buffer
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		if err := k.Save(ctx, table, &buf); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		existing := xtables.Chains(buf.Bytes())
+		var doomed []string
+		for _, c := range existing {
+			if slices.Contains(cleanupChains[table], c) || (table == "nat" && isServiceChain(c)) {
+				doomed = append(doomed, c)
+			}
+		}
+		if len(doomed) == 0 {
+			continue
+		}
+		slices.Sort(doomed)
+		var p bytes.Buffer
+		fmt.Fprintf(&p, "*%s\n", table)
+		for _, c := range doomed {
+			fmt.Fprintf(&p, ":%s - [0:0]\n", c)
+		}
+		for _, c := range doomed {
+			fmt.Fprintf(&p, "-X %s\n", c)
+		}
+		p.WriteString("COMMIT\n")
+		if err := k.Restore(ctx, p.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("deleting chains of table %s: %w", table, err))
+		}
+	}
+	return errors.Join(errs...)
+}

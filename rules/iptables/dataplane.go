@@ -1,0 +1,279 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/xtables"
+)
+
+// kernel is what the dataplane needs from the iptables tools; xtables.Runner implements it, and tests use
+// a fake built on iptrace.Tables.
+type kernel interface {
+	Restore(ctx context.Context, payload []byte) error
+	Save(ctx context.Context, table string, buf *bytes.Buffer) error
+	EnsureChain(table, chain string) error
+	EnsureRule(prepend bool, table, chain string, rule ...string) (bool, error)
+	ChainExists(table, chain string) (bool, error)
+	RuleExists(table, chain string, rule ...string) (bool, error)
+}
+
+// cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
+type cleaner interface {
+	Clean(snap *proxy.Snapshot) error
+}
+
+// Dataplane is mode iptables for one IP family: it renders each snapshot and writes it with one
+// iptables-restore --noflush, rewriting only what changed unless a full sync is due. A failed write leaves
+// the kernel as it was (iptables-restore commits each table atomically) and makes the next sync full.
+type Dataplane struct {
+	family  v1.IPFamily
+	kernel  kernel
+	cleaner cleaner
+	metrics *familyMetrics
+
+	// mu guards what Reconfigure changes and the canary watcher reads; Apply runs on the sync goroutine.
+	mu       sync.Mutex
+	cfg      Config
+	renderer *Renderer
+	needFull bool
+
+	last    *proxy.Snapshot // last applied successfully
+	saveBuf bytes.Buffer
+}
+
+var (
+	_ proxy.Dataplane    = (*Dataplane)(nil)
+	_ proxy.Reconfigurer = (*Dataplane)(nil)
+)
+
+// NewDataplane returns the dataplane of cfg.Family writing through k (an *xtables.Runner in production).
+func NewDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
+	return &Dataplane{family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
+		cfg: cfg, renderer: NewRenderer(cfg), needFull: true}
+}
+
+// Config returns the renderer configuration in force.
+func (d *Dataplane) Config() Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// Reconfigure takes a reloaded configuration file; a change to anything the rules depend on swaps the
+// renderer and makes the next sync full.
+func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
+	cfg, err := ConfigFrom(c, d.family)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if reflect.DeepEqual(cfg, d.cfg) {
+		return nil
+	}
+	klog.InfoS("iptables rules configuration changed; next sync rewrites everything", "ipFamily", d.family)
+	d.cfg, d.renderer, d.needFull = cfg, NewRenderer(cfg), true
+	return nil
+}
+
+// Apply makes the kernel match snap: a partial write of the Services that changed since the last applied
+// snapshot, or everything when full is asked, after a failure, or when the rules were found removed.
+func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
+	d.mu.Lock()
+	full = full || d.needFull || d.last == nil
+	renderer, cfg, last := d.renderer, d.cfg, d.last
+	d.needFull = true // until this sync succeeds
+	d.mu.Unlock()
+
+	var existing map[string][]string
+	prev := last
+	if full {
+		if err := d.ensureBase(cfg); err != nil {
+			return err
+		}
+		var err error
+		if existing, err = d.existingChains(ctx); err != nil {
+			return err
+		}
+		prev = nil
+	}
+	changed := snap.Changes(last)
+	res, err := renderer.Render(snap, prev, full, existing)
+	if err != nil {
+		return fmt.Errorf("rendering %s rules: %w", d.family, err)
+	}
+	if klog.V(9).Enabled() {
+		klog.V(9).InfoS("iptables-restore payload", "ipFamily", d.family, "payload", string(res.Payload))
+	}
+	start := time.Now()
+	if err := d.kernel.Restore(ctx, res.Payload); err != nil {
+		d.metrics.restoreFailures.Inc()
+		if !full {
+			d.metrics.partialRestoreFailures.Inc()
+		}
+		return fmt.Errorf("writing %s rules (%d bytes): %w", d.family, len(res.Payload), err)
+	}
+	klog.V(4).InfoS("iptables-restore done", "ipFamily", d.family, "full", res.Full, "bytes", len(res.Payload), "elapsed", time.Since(start))
+	d.mu.Lock()
+	d.last = snap
+	if d.renderer == renderer { // not reconfigured meanwhile
+		d.needFull = false
+	}
+	d.mu.Unlock()
+	for table, n := range res.Rules {
+		d.metrics.rulesLast.WithLabelValues(table).Set(float64(n))
+	}
+	for table, n := range res.RulesTotal {
+		d.metrics.rulesTotal.WithLabelValues(table).Set(float64(n))
+	}
+	if d.cleaner != nil && (res.Full || conntrack.Affected(changed)) {
+		if err := d.cleaner.Clean(snap); err != nil {
+			klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", d.family)
+		}
+	}
+	return nil
+}
+
+// ensureBase creates our chains that built-in chains jump to, the jump rules themselves, and the canary
+// chains, as upstream does on every full sync.
+func (d *Dataplane) ensureBase(cfg Config) error {
+	for _, c := range CanaryChains() {
+		if err := d.kernel.EnsureChain(c.Table, c.Chain); err != nil {
+			return err
+		}
+	}
+	for _, j := range JumpRules(cfg) {
+		if err := d.kernel.EnsureChain(j.Table, j.Target); err != nil {
+			return err
+		}
+		if _, err := d.kernel.EnsureRule(true, j.Table, j.Chain, j.RuleSpec()...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// existingChains lists the chains of the nat and filter tables, so a full render can delete stale ones.
+func (d *Dataplane) existingChains(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, table := range []string{"nat", "filter"} {
+		if err := d.kernel.Save(ctx, table, &d.saveBuf); err != nil {
+			return nil, fmt.Errorf("listing %s chains: %w", d.family, err)
+		}
+		out[table] = xtables.Chains(d.saveBuf.Bytes())
+	}
+	return out, nil
+}
+
+// Watch checks every interval that our canary chains and the jumps into KUBE-SERVICES and
+// KUBE-POSTROUTING are still there; when someone removed them (a firewall reload, `iptables -F`), it logs
+// once, counts it, and asks for a full sync through resync.
+func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, resync func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		d.mu.Lock()
+		synced := d.last != nil && !d.needFull
+		cfg := d.cfg
+		d.mu.Unlock()
+		if !synced {
+			continue // a full sync is already due
+		}
+		if missing := d.missing(cfg); missing != "" {
+			klog.InfoS("iptables rules were removed behind our back; restoring them with a full sync", "ipFamily", d.family, "missing", missing)
+			d.metrics.rulesRemoved.Inc()
+			d.mu.Lock()
+			d.needFull = true
+			d.mu.Unlock()
+			resync()
+		}
+	}
+}
+
+// missing names the first canary chain or essential jump rule that is gone ("" when all are there).
+func (d *Dataplane) missing(cfg Config) string {
+	for _, c := range CanaryChains() {
+		if ok, err := d.kernel.ChainExists(c.Table, c.Chain); err == nil && !ok {
+			return c.Table + "/" + c.Chain
+		}
+	}
+	for _, j := range JumpRules(cfg) {
+		if j.Table != "nat" {
+			continue
+		}
+		ok, err := d.kernel.RuleExists(j.Table, j.Chain, j.RuleSpec()...)
+		if err == nil && !ok {
+			return j.Table + "/" + j.Chain + " -j " + j.Target
+		}
+	}
+	return ""
+}
+
+// Metrics are the iptables dataplane's metrics, under upstream's names where upstream has them.
+type Metrics struct {
+	restoreFailures        *prometheus.CounterVec
+	partialRestoreFailures *prometheus.CounterVec
+	rulesTotal             *prometheus.GaugeVec
+	rulesLast              *prometheus.GaugeVec
+	rulesRemoved           *prometheus.CounterVec
+	backend                *prometheus.GaugeVec
+}
+
+// NewMetrics registers the iptables metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const sub = "kubeproxy"
+	m := &Metrics{
+		restoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_iptables_restore_failures_total", Help: "Cumulative proxy iptables restore failures"}, []string{"ip_family"}),
+		partialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_iptables_partial_restore_failures_total", Help: "Cumulative proxy iptables partial restore failures"}, []string{"ip_family"}),
+		rulesTotal: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_iptables_total", Help: "Total number of iptables rules owned by kube-proxy"}, []string{"table", "ip_family"}),
+		rulesLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_iptables_last", Help: "Number of iptables rules written by kube-proxy in last sync"}, []string{"table", "ip_family"}),
+		rulesRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "iptables_rules_removed_externally_total", Help: "Times our canary chains or jump rules were found removed by someone else (a full sync restored them)"}, []string{"ip_family"}),
+		backend: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
+			Name: "iptables_backend_info", Help: "The iptables backend in use (nft or legacy), as a label"}, []string{"backend", "ip_family"}),
+	}
+	reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.rulesTotal, m.rulesLast, m.rulesRemoved, m.backend)
+	return m
+}
+
+// SetBackend records the backend in use for a family.
+func (m *Metrics) SetBackend(backend string, family v1.IPFamily) {
+	m.backend.WithLabelValues(backend, string(family)).Set(1)
+}
+
+type familyMetrics struct {
+	restoreFailures, partialRestoreFailures, rulesRemoved prometheus.Counter
+	rulesTotal, rulesLast                                 *prometheus.GaugeVec
+}
+
+func (m *Metrics) forFamily(f v1.IPFamily) *familyMetrics {
+	l := prometheus.Labels{"ip_family": string(f)}
+	return &familyMetrics{
+		restoreFailures:        m.restoreFailures.With(l),
+		partialRestoreFailures: m.partialRestoreFailures.With(l),
+		rulesRemoved:           m.rulesRemoved.With(l),
+		rulesTotal:             m.rulesTotal.MustCurryWith(l),
+		rulesLast:              m.rulesLast.MustCurryWith(l),
+	}
+}

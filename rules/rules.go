@@ -1,0 +1,118 @@
+package rules
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/sysctl"
+	"kube-proxy/rules/xtables"
+)
+
+// New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
+func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	switch cfg.Mode {
+	case config.ModeIPTables, "":
+		return newIPTables(ctx, cfg, reg)
+	default:
+		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables or ipvs)", cfg.Mode)
+	}
+}
+
+// families returns the IP families in the order to program them: the family of bindAddress first when it
+// names one (as upstream decides its primary family), IPv4 otherwise.
+func families(cfg *config.KubeProxyConfiguration) []v1.IPFamily {
+	if a, err := netip.ParseAddr(cfg.BindAddress); err == nil && a.Is6() && !a.Is4In6() && !a.IsUnspecified() {
+		return []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
+	}
+	return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+}
+
+// newIPTables sets up mode iptables: the conntrack sysctls, the backend the node already uses, and a
+// dataplane per family whose tools work here. Like upstream, it runs dual-stack whenever both iptables and
+// ip6tables work, and single-stack when only the primary family does.
+func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
+		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
+	}
+	backend, why, err := xtables.Detect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	klog.InfoS("Using iptables backend", "backend", backend, "reason", why)
+	metrics := iptables.NewMetrics(reg)
+	ctMetrics := conntrack.NewMetrics(reg)
+	var out []proxy.FamilyDataplane
+	for i, family := range families(cfg) {
+		runner, err := usableRunner(ctx, backend, family)
+		if err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
+			continue
+		}
+		icfg, err := iptables.ConfigFrom(cfg, family)
+		if err != nil {
+			return nil, err
+		}
+		if icfg.LocalhostNodePortsActive(&proxy.Node{}) {
+			// NodePorts on 127.0.0.1 need the kernel to route packets from loopback to other hosts.
+			if err := sysctl.Set("net/ipv4/conf/all/route_localnet", 1); err != nil {
+				klog.ErrorS(err, "NodePorts on localhost will not work")
+			}
+		}
+		metrics.SetBackend(string(backend), family)
+		dp := iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics)
+		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+	}
+	return out, nil
+}
+
+// usableRunner returns a runner for backend and family after checking that its tools can read the kernel
+// (ip6tables fails where IPv6 is disabled).
+func usableRunner(ctx context.Context, backend xtables.Backend, family v1.IPFamily) (*xtables.Runner, error) {
+	if !xtables.Available(backend, family) {
+		return nil, fmt.Errorf("%s tools for %s are not installed", backend, family)
+	}
+	runner, err := xtables.NewRunner(backend, family)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := runner.Save(ctx, "nat", &buf); err != nil {
+		return nil, fmt.Errorf("%s %s does not work here: %w", backend, family, err)
+	}
+	return runner, nil
+}
+
+// Cleanup removes every chain, rule, IPVS service, ipset and dummy link this daemon or upstream kube-proxy
+// created, in every iptables backend and IP family present.
+func Cleanup(ctx context.Context) error {
+	var errs []error
+	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			runner, err := usableRunner(ctx, backend, family)
+			if err != nil {
+				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", err.Error())
+				continue
+			}
+			if err := iptables.Cleanup(ctx, runner); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
+				continue
+			}
+			klog.InfoS("Removed iptables-mode rules", "backend", backend, "ipFamily", family)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,92 @@
+package xtables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Backend is the iptables flavour: "nft" (iptables-nft, nf_tables underneath) or "legacy" (x_tables).
+type Backend string
+
+// The two backends.
+const (
+	BackendNFT    Backend = "nft"
+	BackendLegacy Backend = "legacy"
+)
+
+// Hint chains other node components create in the mangle table of the backend they use (kubelet's and
+// upstream kube-proxy's), as upstream's iptables wrapper looks for them.
+var hintChains = []string{"KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"}
+
+// command returns the name of an iptables tool for a backend and family, e.g. ip6tables-legacy-restore.
+func command(b Backend, family v1.IPFamily, tool string) string {
+	name := "iptables"
+	if family == v1.IPv6Protocol {
+		name = "ip6tables"
+	}
+	name += "-" + string(b)
+	if tool != "" {
+		name += "-" + tool
+	}
+	return name
+}
+
+// Available reports whether the tools of a backend and family are installed.
+func Available(b Backend, family v1.IPFamily) bool {
+	for _, tool := range []string{"", "save", "restore"} {
+		if _, err := exec.LookPath(command(b, family, tool)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Detect picks the backend this node's rules live in, the way upstream's iptables wrapper does: the backend
+// holding a hint chain from kubelet or kube-proxy wins; otherwise the one holding more rules; otherwise the
+// system's default `iptables`. The reason is returned for the log.
+func Detect(ctx context.Context) (Backend, string, error) {
+	var candidates []Backend
+	for _, b := range []Backend{BackendNFT, BackendLegacy} {
+		if Available(b, v1.IPv4Protocol) {
+			candidates = append(candidates, b)
+		}
+	}
+	switch len(candidates) {
+	case 0:
+		return "", "", fmt.Errorf("neither iptables-nft nor iptables-legacy is installed (install the iptables package)")
+	case 1:
+		return candidates[0], "only backend installed", nil
+	}
+	rules := map[Backend]int{}
+	for _, b := range candidates {
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, command(b, v1.IPv4Protocol, "save"))
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			continue // e.g. legacy tables not available in this kernel
+		}
+		s := out.String()
+		for _, h := range hintChains {
+			if strings.Contains(s, ":"+h+" ") {
+				return b, "found " + h, nil
+			}
+		}
+		rules[b] = strings.Count(s, "\n-A ")
+	}
+	if rules[BackendNFT] != rules[BackendLegacy] {
+		if rules[BackendLegacy] > rules[BackendNFT] {
+			return BackendLegacy, fmt.Sprintf("more rules in legacy (%d vs %d)", rules[BackendLegacy], rules[BackendNFT]), nil
+		}
+		return BackendNFT, fmt.Sprintf("more rules in nft (%d vs %d)", rules[BackendNFT], rules[BackendLegacy]), nil
+	}
+	out, err := exec.CommandContext(ctx, "iptables", "-V").Output()
+	if err == nil && strings.Contains(string(out), "legacy") {
+		return BackendLegacy, "system default iptables", nil
+	}
+	return BackendNFT, "system default iptables", nil
+}
