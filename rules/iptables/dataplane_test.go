@@ -1,0 +1,476 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/iptables/iptrace"
+)
+
+// fakeKernel is iptables backed by iptrace.Tables: restores and single-rule commands change its state the
+// way the kernel would, and it refuses what the kernel refuses. failRestore makes the next restores fail
+// before touching anything, like a missing lock or a rejected payload.
+type fakeKernel struct {
+	ts          *iptrace.Tables
+	failRestore error
+	payloads    []string
+}
+
+func newFakeKernel() *fakeKernel { return &fakeKernel{ts: iptrace.New(false)} }
+
+func (f *fakeKernel) Restore(_ context.Context, payload []byte) error {
+	if f.failRestore != nil {
+		return f.failRestore
+	}
+	f.payloads = append(f.payloads, string(payload))
+	return f.ts.Restore(payload, iptrace.RestoreOptions{NoFlush: true})
+}
+
+func (f *fakeKernel) Save(_ context.Context, table string, buf *bytes.Buffer) error {
+	buf.Reset()
+	buf.WriteString(f.ts.Save(table))
+	return nil
+}
+
+func (f *fakeKernel) EnsureChain(table, chain string) error {
+	if ok, _ := f.ChainExists(table, chain); ok {
+		return nil
+	}
+	_, err := f.ts.Run("-t", table, "-N", chain)
+	return err
+}
+
+func (f *fakeKernel) EnsureRule(prepend bool, table, chain string, rule ...string) (bool, error) {
+	if ok, _ := f.RuleExists(table, chain, rule...); ok {
+		return false, nil
+	}
+	op := []string{"-A", chain}
+	if prepend {
+		op = []string{"-I", chain, "1"}
+	}
+	_, err := f.ts.Run(append(append([]string{"-t", table}, op...), rule...)...)
+	return err == nil, err
+}
+
+func (f *fakeKernel) ChainExists(table, chain string) (bool, error) {
+	return slices.Contains(f.ts.Chains(table), chain), nil
+}
+
+func (f *fakeKernel) RuleExists(table, chain string, rule ...string) (bool, error) {
+	_, err := f.ts.Run(append([]string{"-t", table, "-C", chain}, rule...)...)
+	return err == nil, nil
+}
+
+func (f *fakeKernel) DeleteRule(table, chain string, rule ...string) error {
+	if ok, _ := f.RuleExists(table, chain, rule...); !ok {
+		return nil
+	}
+	_, err := f.ts.Run(append([]string{"-t", table, "-D", chain}, rule...)...)
+	return err
+}
+
+// world builds snapshots through the real Tracker, as the daemon does.
+type world struct {
+	t       *testing.T
+	tracker *proxy.Tracker
+}
+
+func newWorld(t *testing.T) *world {
+	return &world{t: t, tracker: proxy.NewTracker(proxy.TrackerOptions{NodeName: "node-a", Families: []v1.IPFamily{v1.IPv4Protocol}, ExternalIPs: true})}
+}
+
+func (w *world) service(name, clusterIP string, port int32, proto v1.Protocol) {
+	w.tracker.OnService(nil, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
+			IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, Ports: []v1.ServicePort{{Port: port, Protocol: proto}}},
+	})
+}
+
+func (w *world) deleteService(name string) {
+	w.tracker.OnService(&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}, nil)
+}
+
+func (w *world) endpoints(service string, port int32, proto v1.Protocol, ips ...string) {
+	es := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: service + "-1", Labels: map[string]string{discovery.LabelServiceName: service}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: ptr(""), Port: ptr(port), Protocol: ptr(proto)}},
+	}
+	for _, ip := range ips {
+		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{ip}})
+	}
+	w.tracker.OnEndpointSlice(nil, es)
+}
+
+func (w *world) snapshot() *proxy.Snapshot { return w.tracker.Snapshots().Snapshots[0] }
+
+func ptr[T any](v T) *T { return &v }
+
+func newTestDataplane(t *testing.T, k *fakeKernel, cfg Config) (*Dataplane, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	return NewDataplane(cfg, k, nil, NewMetrics(reg)), reg
+}
+
+func v4Config() Config {
+	return Config{Family: v1.IPv4Protocol, MasqueradeBit: 14, LocalhostNodePorts: true,
+		LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+}
+
+// reach traces a new TCP connection from a client outside the node to ip:port.
+func reachFrom(t *testing.T, k *fakeKernel, ip string, port uint16) []string {
+	t.Helper()
+	res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("10.250.0.2"), Dst: netip.MustParseAddr(ip),
+		Protocol: "tcp", DPort: port, InIface: "eth0", LocalAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}})
+	if err != nil {
+		t.Fatalf("trace %s:%d: %v", ip, port, err)
+	}
+	return res.Endpoints()
+}
+
+// fullRenderState is what a fresh kernel holds after a full sync of snap: the reference a sequence of
+// partial syncs must converge to.
+func fullRenderState(t *testing.T, cfg Config, snap *proxy.Snapshot) string {
+	t.Helper()
+	k := newFakeKernel()
+	dp, _ := newTestDataplane(t, k, cfg)
+	if err := dp.Apply(context.Background(), snap, true); err != nil {
+		t.Fatalf("reference full sync: %v", err)
+	}
+	return k.ts.SaveAll()
+}
+
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
+}
+
+func TestDataplaneFullThenPartialConverges(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	cfg := v4Config()
+	dp, _ := newTestDataplane(t, k, cfg)
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2", "10.244.2.2")
+	w.service("dns", "10.96.0.53", 53, v1.ProtocolUDP)
+	w.endpoints("dns", 5353, v1.ProtocolUDP, "10.244.3.2")
+
+	snap := w.snapshot()
+	if err := dp.Apply(ctx, snap, false); err != nil { // the first sync is full whatever is asked
+		t.Fatal(err)
+	}
+	if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.1.2:8080", "10.244.2.2:8080"}) {
+		t.Fatalf("ClusterIP reaches %v", got)
+	}
+	if got, want := k.ts.SaveAll(), fullRenderState(t, cfg, snap); got != want {
+		t.Fatalf("first sync differs from a full render:\n%s", diffLines(want, got))
+	}
+
+	// One endpoint change: a partial sync touches only that Service's chains.
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2", "10.244.4.2")
+	snap = w.snapshot()
+	if err := dp.Apply(ctx, snap, false); err != nil {
+		t.Fatal(err)
+	}
+	partial := k.payloads[len(k.payloads)-1]
+	if strings.Contains(partial, ":"+ServiceChainName(PrefixService, dnsName())+" ") {
+		t.Errorf("partial sync rewrote the unchanged Service's chain:\n%s", partial)
+	}
+	if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.1.2:8080", "10.244.4.2:8080"}) {
+		t.Fatalf("after the change ClusterIP reaches %v", got)
+	}
+	if got, want := k.ts.SaveAll(), fullRenderState(t, cfg, snap); got != want {
+		t.Fatalf("partial sync diverged from a full render:\n%s", diffLines(want, got))
+	}
+
+	// Deleting a Service deletes its chains.
+	w.deleteService("dns")
+	snap = w.snapshot()
+	if err := dp.Apply(ctx, snap, false); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(k.ts.Chains("nat"), ServiceChainName(PrefixService, dnsName())) {
+		t.Errorf("deleted Service's chain is still there")
+	}
+	if got, want := k.ts.SaveAll(), fullRenderState(t, cfg, snap); got != want {
+		t.Fatalf("after deletion:\n%s", diffLines(want, got))
+	}
+}
+
+func nn(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: "default", Name: name}
+}
+
+func dnsName() proxy.ServicePortName {
+	return proxy.ServicePortName{NamespacedName: nn("dns"), Protocol: v1.ProtocolUDP}
+}
+
+func TestDataplaneFailureKeepsRulesAndNextSyncIsFull(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	dp, reg := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	before := k.ts.SaveAll()
+
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.9.9")
+	k.failRestore = errors.New("xtables lock held")
+	if err := dp.Apply(ctx, w.snapshot(), false); err == nil {
+		t.Fatal("Apply succeeded although the restore failed")
+	}
+	if k.ts.SaveAll() != before {
+		t.Fatal("a failed sync changed the kernel")
+	}
+	if got := metricValue(t, reg, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total"); got != 1 {
+		t.Errorf("restore failures = %v, want 1", got)
+	}
+	if got := metricValue(t, reg, "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"); got != 1 {
+		t.Errorf("partial restore failures = %v, want 1", got)
+	}
+
+	// The next sync, even if asked to be partial, rewrites everything and reaches the new state.
+	k.failRestore = nil
+	w.service("other", "10.96.0.11", 80, v1.ProtocolTCP)
+	snap := w.snapshot()
+	if err := dp.Apply(ctx, snap, false); err != nil {
+		t.Fatal(err)
+	}
+	last := k.payloads[len(k.payloads)-1]
+	if !strings.Contains(last, ":"+ServiceChainName(PrefixService, proxy.ServicePortName{NamespacedName: nn("web"), Protocol: v1.ProtocolTCP})+" ") {
+		t.Errorf("sync after a failure was not full:\n%s", last)
+	}
+	if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.9.9:8080"}) {
+		t.Fatalf("after recovery ClusterIP reaches %v", got)
+	}
+}
+
+func TestDataplaneRemovesStaleChainsAndKeepsJumpsUnique(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	// Leftovers of an earlier run (or of upstream kube-proxy): a Service chain nobody wants any more, and
+	// the jump rules already in place.
+	stale := "KUBE-SVC-AAAAAAAAAAAAAAAA"
+	if err := k.ts.Restore([]byte("*nat\n:KUBE-SERVICES - [0:0]\n:"+stale+" - [0:0]\n-A "+stale+" -j RETURN\nCOMMIT\n"), iptrace.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	dp, _ := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	for i := 0; i < 3; i++ {
+		if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if slices.Contains(k.ts.Chains("nat"), stale) {
+		t.Errorf("stale chain %s survived a full sync", stale)
+	}
+	for _, j := range JumpRules(v4Config()) {
+		n := 0
+		for _, r := range k.ts.Rules(j.Table, j.Chain) {
+			if strings.Contains(r, "-j "+j.Target) && strings.Contains(r, j.Comment) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s/%s has %d jumps to %s after three full syncs, want 1", j.Table, j.Chain, n, j.Target)
+		}
+	}
+}
+
+func TestDataplaneReconfigure(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	dp, _ := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	masqueraded := func() bool {
+		res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("10.244.5.5"), Dst: netip.MustParseAddr("10.96.0.10"),
+			Protocol: "tcp", DPort: 80, InIface: "veth5"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := res.Masquerade()
+		return m
+	}
+	if masqueraded() {
+		t.Fatal("pod-to-service traffic masqueraded without masqueradeAll")
+	}
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	c.IPTables.MasqueradeAll = true
+	if err := dp.Reconfigure(c); err != nil {
+		t.Fatal(err)
+	}
+	if !dp.Config().MasqueradeAll {
+		t.Fatal("Reconfigure did not take masqueradeAll")
+	}
+	if err := dp.Apply(ctx, w.snapshot(), false); err != nil { // nothing changed in the API: still a full rewrite
+		t.Fatal(err)
+	}
+	if !masqueraded() {
+		t.Fatal("masqueradeAll not in force after the reconfigured sync")
+	}
+	bad := config.Default()
+	bad.IPTables.MasqueradeBit = ptr(int32(0))
+	if err := dp.Reconfigure(bad); err == nil {
+		t.Fatal("Reconfigure accepted masqueradeBit 0")
+	}
+	if !dp.Config().MasqueradeAll {
+		t.Fatal("a refused Reconfigure changed the config")
+	}
+}
+
+func TestDataplaneWatchRestoresRemovedRules(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := newFakeKernel()
+	dp, reg := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	snap := w.snapshot()
+	if err := dp.Apply(ctx, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	var resyncs atomic.Int32
+	done := make(chan struct{})
+	go func() { dp.Watch(ctx, time.Millisecond, func() { resyncs.Add(1) }); close(done) }()
+
+	// A firewall reload flushes the nat table: the jumps from PREROUTING/OUTPUT go.
+	if _, err := k.ts.Run("-t", "nat", "-F"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for resyncs.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("watcher did not notice the flushed nat table")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got := metricValue(t, reg, "kubeproxy_iptables_rules_removed_externally_total"); got < 1 {
+		t.Errorf("removed-externally metric = %v", got)
+	}
+	// The resync it asked for is full (the snapshot did not change) and restores the traffic.
+	if err := dp.Apply(context.Background(), snap, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.1.2:8080"}) {
+		t.Fatalf("after the resync ClusterIP reaches %v", got)
+	}
+}
+
+func TestCleanupRemovesOnlyOurs(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	// Another component's chain and rule, which must survive.
+	if _, err := k.ts.Run("-t", "mangle", "-N", "KUBE-KUBELET-CANARY"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.ts.Run("-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT"); err != nil {
+		t.Fatal(err)
+	}
+	dp, _ := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := Cleanup(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		for _, c := range k.ts.Chains(table) {
+			if strings.HasPrefix(c, "KUBE-") && c != "KUBE-KUBELET-CANARY" {
+				t.Errorf("cleanup left %s/%s", table, c)
+			}
+		}
+	}
+	if !slices.Contains(k.ts.Chains("mangle"), "KUBE-KUBELET-CANARY") {
+		t.Error("cleanup removed kubelet's chain")
+	}
+	if rules := k.ts.Rules("filter", "INPUT"); len(rules) != 1 || !strings.Contains(rules[0], "--dport 22") {
+		t.Errorf("filter INPUT after cleanup: %q", rules)
+	}
+}
+
+func TestConfigFrom(t *testing.T) {
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16,fd00:10:244::/48"
+	c.NodePortAddresses = []string{"192.0.2.0/24", "primary", "2001:db8::/64"}
+	c.IPTables.MasqueradeBit = ptr(int32(12))
+	got, err := ConfigFrom(c, v1.IPv6Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MasqueradeBit != 12 || got.LocalDetector.Mode != DetectLocalClusterCIDR || !got.NodePortPrimary ||
+		!slices.Equal(got.NodePortAddresses, []netip.Prefix{netip.MustParsePrefix("2001:db8::/64")}) {
+		t.Errorf("ConfigFrom(IPv6) = %+v", got)
+	}
+	c.ClusterCIDR = ""
+	if got, _ := ConfigFrom(c, v1.IPv4Protocol); got.LocalDetector.Mode != DetectLocalNone {
+		t.Errorf("no clusterCIDR: detector %q, want none", got.LocalDetector.Mode)
+	}
+	c.DetectLocalMode = config.LocalModeInterfaceNamePrefix
+	c.DetectLocal.InterfaceNamePrefix = "veth"
+	if got, _ := ConfigFrom(c, v1.IPv4Protocol); got.LocalDetector.Mode != DetectLocalInterfaceNamePrefix || got.LocalDetector.Interface != "veth" {
+		t.Errorf("interface prefix detector: %+v", got.LocalDetector)
+	}
+}
+
+// diffLines shows the lines only in want (-) and only in got (+).
+func diffLines(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for _, l := range w {
+		if !slices.Contains(g, l) {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range g {
+		if !slices.Contains(w, l) {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}
