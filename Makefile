@@ -56,8 +56,8 @@ e2e: build build-faults cluster-bins
 
 test: deps unit fuzz e2e
 
-demo: build cluster-bins
-	@echo "make demo: not yet (the iptables dataplane is in progress)"
+demo: deps build cluster-bins
+	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/demo
 
 clean:
 	rm -rf bin

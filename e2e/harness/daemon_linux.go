@@ -93,7 +93,7 @@ type Daemon struct {
 	RuntimeDir string
 	Kubeconfig string
 	opts       DaemonOptions
-	t          testing.TB
+	t          testing.TB // set by StartDaemon, for the methods that fail the test
 }
 
 // ConfigYAML renders the daemon's configuration file for a kubeconfig path, node name and extra YAML.
@@ -117,56 +117,81 @@ conntrack:
 // unless opts.NoWaitReady. The process is stopped (SIGTERM, then SIGKILL) at test cleanup.
 func StartDaemon(t testing.TB, c *Cluster, ns *NetNS, opts DaemonOptions) *Daemon {
 	t.Helper()
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = c.BridgeForTest(t, ns)
+	}
+	d, err := LaunchDaemon(ns, t.TempDir(), opts)
+	if d != nil {
+		d.t = t
+		t.Cleanup(func() {
+			if t.Failed() && d.Proc != nil {
+				t.Logf("kube-proxy log tail:\n%s", d.Proc.LogTail(60))
+			}
+			d.Close()
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// LaunchDaemon is StartDaemon without a testing.TB: opts.Kubeconfig must be set (see Cluster.Bridge), dir
+// holds the config, logs and runtime directory, and the caller calls Close.
+func LaunchDaemon(ns *NetNS, dir string, opts DaemonOptions) (*Daemon, error) {
 	if opts.NodeName == "" {
 		opts.NodeName = "node-a"
 	}
 	if opts.Binary == "" {
 		bin, err := DaemonBinary()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		opts.Binary = bin
 	}
-	dir := t.TempDir()
 	d := &Daemon{NS: ns, Dir: dir, ConfigPath: filepath.Join(dir, "kube-proxy-config.yaml"),
-		RuntimeDir: filepath.Join(dir, "run"), opts: opts, t: t}
+		RuntimeDir: filepath.Join(dir, "run"), Kubeconfig: opts.Kubeconfig, opts: opts}
 	if err := os.MkdirAll(d.RuntimeDir, 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	d.Kubeconfig = opts.Kubeconfig
-	if d.Kubeconfig == "" {
-		d.Kubeconfig = c.BridgeForTest(t, ns)
+	if err := d.writeRawConfig(ConfigYAML(d.Kubeconfig, opts.NodeName, opts.Config)); err != nil {
+		return nil, err
 	}
-	d.WriteConfig(opts.Config)
 	notify, err := NewNotifySocket(dir)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { notify.Close() })
 	d.Notify = notify
-	d.Start()
-	return d
+	if err := d.launch(); err != nil {
+		return d, err
+	}
+	if !opts.NoWaitReady {
+		return d, d.waitReady(60 * time.Second)
+	}
+	return d, nil
 }
 
-// Start (re)starts the daemon process with the current config file.
-func (d *Daemon) Start() {
-	t := d.t
-	t.Helper()
-	args := append([]string{"--config=" + d.ConfigPath, "--v=2"}, d.opts.Args...)
-	cmd := d.NS.Command(context.Background(), d.opts.Binary, args...)
-	cmd.Env = append(os.Environ(), d.Notify.Env(), "RUNTIME_DIRECTORY="+d.RuntimeDir)
-	cmd.Env = append(cmd.Env, d.opts.Env...)
-	proc, err := StartProcess("kube-proxy", cmd, filepath.Join(d.Dir, "kube-proxy.log"))
-	if err != nil {
-		t.Fatal(err)
+// Close stops the process (SIGTERM, then SIGKILL after 5 s) and closes the notify socket.
+func (d *Daemon) Close() {
+	if d.Proc != nil && !d.Proc.Exited() {
+		_ = d.Proc.Stop(syscall.SIGTERM, 5*time.Second)
 	}
-	d.Proc = proc
-	t.Cleanup(func() {
+	if d.Notify != nil {
+		_ = d.Notify.Close()
+	}
+}
+
+// Start (re)starts the daemon process with the current config file and waits for READY=1 unless the
+// daemon was created with NoWaitReady.
+func (d *Daemon) Start() {
+	d.t.Helper()
+	if err := d.launch(); err != nil {
+		d.t.Fatal(err)
+	}
+	proc := d.Proc
+	d.t.Cleanup(func() {
 		if !proc.Exited() {
 			_ = proc.Stop(syscall.SIGTERM, 5*time.Second)
-		}
-		if t.Failed() {
-			t.Logf("kube-proxy log tail:\n%s", proc.LogTail(60))
 		}
 	})
 	if !d.opts.NoWaitReady {
@@ -174,23 +199,42 @@ func (d *Daemon) Start() {
 	}
 }
 
-// WaitReady waits for a READY=1 sent after the call started the daemon.
+func (d *Daemon) launch() error {
+	args := append([]string{"--config=" + d.ConfigPath, "--v=2"}, d.opts.Args...)
+	cmd := d.NS.Command(context.Background(), d.opts.Binary, args...)
+	cmd.Env = append(os.Environ(), d.Notify.Env(), "RUNTIME_DIRECTORY="+d.RuntimeDir)
+	cmd.Env = append(cmd.Env, d.opts.Env...)
+	proc, err := StartProcess("kube-proxy", cmd, filepath.Join(d.Dir, "kube-proxy.log"))
+	if err != nil {
+		return err
+	}
+	d.Proc = proc
+	return nil
+}
+
+// WaitReady waits for a READY=1 from the current process.
 func (d *Daemon) WaitReady(timeout time.Duration) {
 	d.t.Helper()
+	if err := d.waitReady(timeout); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *Daemon) waitReady(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	pid := d.Proc.PID()
 	for {
 		for _, m := range d.Notify.Received() {
 			if m.PID == pid && strings.Contains("\n"+m.Text+"\n", "\nREADY=1\n") {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			d.t.Fatalf("kube-proxy sent no READY=1 within %v; log:\n%s", timeout, d.Proc.LogTail(40))
+			return fmt.Errorf("kube-proxy sent no READY=1 within %v; log:\n%s", timeout, d.Proc.LogTail(40))
 		case <-d.Proc.Done():
-			d.t.Fatalf("kube-proxy exited before READY=1: %v; log:\n%s", d.Proc.ExitErr(), d.Proc.LogTail(40))
+			return fmt.Errorf("kube-proxy exited before READY=1: %v; log:\n%s", d.Proc.ExitErr(), d.Proc.LogTail(40))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -205,9 +249,13 @@ func (d *Daemon) WriteConfig(extra string) {
 // WriteRawConfig writes the config file verbatim.
 func (d *Daemon) WriteRawConfig(body string) {
 	d.t.Helper()
-	if err := os.WriteFile(d.ConfigPath, []byte(body), 0o644); err != nil {
+	if err := d.writeRawConfig(body); err != nil {
 		d.t.Fatal(err)
 	}
+}
+
+func (d *Daemon) writeRawConfig(body string) error {
+	return os.WriteFile(d.ConfigPath, []byte(body), 0o644)
 }
 
 // Get fetches http://127.0.0.1<path> on port from inside the daemon's namespace.
@@ -241,7 +289,14 @@ func (d *Daemon) Metrics() string {
 // (either may be empty).
 func EnsureNode(t testing.TB, c *Cluster, name, internalIP, podCIDR string, labels map[string]string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := ApplyNode(context.Background(), c, name, internalIP, podCIDR, labels); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ApplyNode is EnsureNode without a testing.TB.
+func ApplyNode(ctx context.Context, c *Cluster, name, internalIP, podCIDR string, labels map[string]string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if podCIDR != "" {
@@ -258,12 +313,13 @@ func EnsureNode(t testing.TB, c *Cluster, name, internalIP, podCIDR string, labe
 		}
 	}
 	if err != nil {
-		t.Fatalf("node %s: %v", name, err)
+		return fmt.Errorf("node %s: %w", name, err)
 	}
 	if internalIP != "" {
 		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
 		if _, err := c.Admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatalf("node %s status: %v", name, err)
+			return fmt.Errorf("node %s status: %w", name, err)
 		}
 	}
+	return nil
 }
