@@ -49,10 +49,11 @@ deps:
 cluster-bins: deps
 	e2e/tools/build-cluster.sh $(KP_CLUSTER_BINDIR)
 
-# End-to-end tests: real apiserver + etcd, the built binary in network namespaces (root).
+# Kernel and end-to-end tests (root): the renderer's real-kernel checks in throwaway network namespaces,
+# then the real apiserver + etcd with the built binary in network namespaces.
 e2e: build build-faults cluster-bins
 	KP_E2E=1 KP_BINARY=$(CURDIR)/$(BIN) KP_FAULTS_BINARY=$(CURDIR)/bin/kube-proxy-faults \
-	  go test -count=1 -timeout 30m ./e2e/...
+	  go test -count=1 -timeout 40m ./rules/... ./e2e/...
 
 test: deps unit fuzz e2e
 

@@ -159,7 +159,9 @@ func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, er
 			return t, err
 		}
 	}
-	sysctls := []string{"net.ipv4.ip_forward=1"}
+	// No ICMP redirects (the node routes the service CIDR back out of eth0) and no ICMP rate limit, which
+	// redirects would share with REJECT's errors: clients must see "connection refused" at once.
+	sysctls := []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0", "net.ipv4.icmp_ratelimit=0"}
 	if opts.IPv6 {
 		sysctls = append(sysctls, "net.ipv6.conf.all.forwarding=1")
 	}

@@ -16,19 +16,24 @@ type cleanupKernel interface {
 	DeleteRule(table, chain string, rule ...string) error
 }
 
-// cleanupChains are the chains mode iptables creates besides the per-Service ones, per table.
+// cleanupChains are the chains mode iptables creates besides the per-Service ones, per table. Kubelet's
+// KUBE-FIREWALL, which we only duplicate, is not among them: like upstream, cleanup leaves it and its jumps,
+// since removing it would drop kubelet's protection against martian packets to 127.0.0.0/8.
 var cleanupChains = map[string][]string{
 	"nat":    {chainServices, chainNodePorts, chainPostrouting, chainMarkMasq, chainCanary},
-	"filter": {chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary, chainKubeletFirewall},
+	"filter": {chainServices, chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainCanary},
 	"mangle": {chainCanary},
 }
 
 // Cleanup removes every jump rule and chain that mode iptables (ours or upstream's) creates from one
 // backend and family: the jumps from built-in chains first, then our chains are flushed and deleted in one
-// iptables-restore per table. Rules and chains of others are left alone.
+// iptables-restore per table. Rules and chains of others are left alone, kubelet's KUBE-FIREWALL included.
 func Cleanup(ctx context.Context, k cleanupKernel) error {
 	var errs []error
 	for _, j := range JumpRules(Config{}) {
+		if j.Target == chainKubeletFirewall {
+			continue
+		}
 		if err := k.DeleteRule(j.Table, j.Chain, j.RuleSpec()...); err != nil && !xtables.IsNotExist(err) {
 			errs = append(errs, fmt.Errorf("deleting jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
 		}

@@ -43,6 +43,9 @@ type Dataplane struct {
 	cleaner cleaner
 	metrics *familyMetrics
 
+	// checkMu makes the watcher's check for removed rules and the one at the start of a full sync take turns,
+	// so that one removal is counted once, whichever of them finds it.
+	checkMu sync.Mutex
 	// mu guards what Reconfigure changes and the canary watcher reads; Apply runs on the sync goroutine.
 	mu       sync.Mutex
 	cfg      Config
@@ -91,11 +94,19 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 // Apply makes the kernel match snap: a partial write of the Services that changed since the last applied
 // snapshot, or everything when full is asked, after a failure, or when the rules were found removed.
 func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
+	d.checkMu.Lock()
 	d.mu.Lock()
+	// After a successful sync, a full one (the periodic one, say) may get to rules removed behind our back
+	// before the watcher does: it must notice and count them just the same.
+	synced := d.last != nil && !d.needFull
 	full = full || d.needFull || d.last == nil
 	renderer, cfg, last := d.renderer, d.cfg, d.last
 	d.needFull = true // until this sync succeeds
 	d.mu.Unlock()
+	if full && synced {
+		d.noteRemoved(cfg)
+	}
+	d.checkMu.Unlock()
 
 	var existing map[string][]string
 	prev := last
@@ -189,22 +200,34 @@ func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, resync fu
 			return
 		case <-tick.C:
 		}
+		d.checkMu.Lock()
 		d.mu.Lock()
 		synced := d.last != nil && !d.needFull
 		cfg := d.cfg
 		d.mu.Unlock()
-		if !synced {
-			continue // a full sync is already due
-		}
-		if missing := d.missing(cfg); missing != "" {
-			klog.InfoS("iptables rules were removed behind our back; restoring them with a full sync", "ipFamily", d.family, "missing", missing)
-			d.metrics.rulesRemoved.Inc()
+		removed := synced && d.noteRemoved(cfg) // not synced: a full sync is already due
+		if removed {
 			d.mu.Lock()
 			d.needFull = true
 			d.mu.Unlock()
+		}
+		d.checkMu.Unlock()
+		if removed {
 			resync()
 		}
 	}
+}
+
+// noteRemoved logs and counts our canary chains or jump rules gone missing, and reports whether they were.
+// Call it with checkMu held.
+func (d *Dataplane) noteRemoved(cfg Config) bool {
+	missing := d.missing(cfg)
+	if missing == "" {
+		return false
+	}
+	klog.InfoS("iptables rules were removed behind our back; restoring them with a full sync", "ipFamily", d.family, "missing", missing)
+	d.metrics.rulesRemoved.Inc()
+	return true
 }
 
 // missing names the first canary chain or essential jump rule that is gone ("" when all are there).

@@ -1,0 +1,408 @@
+package iptables
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kube-proxy/e2e/harness"
+)
+
+// natJumps are the jumps from built-in nat chains that must exist exactly once.
+var natJumps = []string{
+	"-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+	"-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
+	"-A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING",
+}
+
+// TestFlushedRulesRestored removes our rules by hand, three ways, and checks that the daemon notices
+// within its syncPeriod (2 s here), restores them (jumps exactly once), counts each time in
+// kubeproxy_iptables_rules_removed_externally_total, and that traffic flows again.
+func TestFlushedRulesRestored(t *testing.T) {
+	for _, backend := range []string{harness.BackendNFT, harness.BackendLegacy} {
+		t.Run(backend, func(t *testing.T) { flushCases(t, backend) })
+	}
+}
+
+func flushCases(t *testing.T, backend string) {
+	b := newBed(t, backend, 2)
+	web := b.createService(t, "web", nil)
+	b.setEndpoints(t, "web", readyEP(1), readyEP(2))
+	d := b.start("iptables:\n  syncPeriod: 2s\n  minSyncPeriod: 0s\n")
+	addr := hostPort(web.Spec.ClusterIP, svcTCP)
+	expectSpread(t, "before", hit(t, b.topo.Client, "tcp", addr, 10, harness.HitOptions{}), podNames(1, 2), nil)
+	svc := b.svcChain("KUBE-SVC", "web", "tcp")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ipt := func(t *testing.T, args ...string) {
+		t.Helper()
+		if _, err := b.xt.IPTables(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.createService(t, "aux", nil)
+	b.setEndpoints(t, "aux", readyEP(1))
+	restoredAt := func(t *testing.T) time.Time {
+		t.Helper()
+		var at time.Time
+		deadline := time.Now().Add(15 * time.Second)
+		for at.IsZero() {
+			if slices.Contains(b.save(t, "nat").Rules, natJumps[0]) {
+				at = time.Now()
+			} else if time.Now().After(deadline) {
+				t.Fatalf("our rules were not restored within 15 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return at
+	}
+	// The watcher and the periodic full sync both run every syncPeriod; whichever gets to a removal first
+	// restores it, and both must count it. The sleeps below only arrange for the periodic full sync to come
+	// first (they assert nothing): a sync ending shortly before a watcher tick puts the next full sync
+	// before the tick after, and a flush in between is restored by it.
+	t.Run("FlushBeforeThePeriodicFullSync", func(t *testing.T) {
+		before := removedExternally(t, d)
+		ipt(t, "-t", "nat", "-F")
+		tick := restoredAt(t).Add(-100 * time.Millisecond) // the watcher's tick, give or take the sync
+		time.Sleep(time.Until(tick.Add(1500 * time.Millisecond)))
+		b.setEndpoints(t, "aux", readyEP(2)) // a partial sync, ending half a second before the next tick
+		time.Sleep(time.Until(tick.Add(2300 * time.Millisecond)))
+		ipt(t, "-t", "nat", "-F") // just after that tick; the full sync due 2 s after the partial one comes first
+		flushed := time.Now()
+		t.Logf("second flush restored %v after it", restoredAt(t).Sub(flushed).Round(time.Millisecond))
+		eventually(t, "both removals to be counted", 5*time.Second, func() (bool, string) {
+			got := removedExternally(t, d)
+			return got == before+2, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want +2", before, got)
+		})
+	})
+	for _, c := range []struct {
+		name  string
+		flush func(t *testing.T)
+	}{
+		{"FlushNAT", func(t *testing.T) { ipt(t, "-t", "nat", "-F") }},
+		{"DeleteOurNATChains", func(t *testing.T) {
+			ipt(t, "-t", "nat", "-F")
+			for _, c := range b.save(t, "nat").ChainNames("KUBE-") {
+				ipt(t, "-t", "nat", "-X", c)
+			}
+		}},
+		{"FirewallReload", func(t *testing.T) {
+			for _, table := range []string{"filter", "nat", "mangle"} {
+				ipt(t, "-t", table, "-F")
+				ipt(t, "-t", table, "-X")
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := removedExternally(t, d)
+			c.flush(t)
+			flushed := time.Now()
+			eventually(t, "our rules back", 15*time.Second, func() (bool, string) {
+				nat := b.save(t, "nat")
+				if _, ok := nat.Chains[svc]; !ok {
+					return false, svc + " missing"
+				}
+				for _, j := range natJumps {
+					if !slices.Contains(nat.Rules, j) {
+						return false, "missing " + j
+					}
+				}
+				return true, ""
+			})
+			t.Logf("restored %v after the flush", time.Since(flushed).Round(time.Millisecond))
+			nat := b.save(t, "nat")
+			for _, j := range natJumps {
+				if n := countOf(nat.Rules, j); n != 1 {
+					t.Errorf("%d copies of %s", n, j)
+				}
+			}
+			expectNoDuplicates(t, backend+" after "+c.name, saveAll(t, b.xt))
+			expectSpread(t, "after "+c.name, hit(t, b.topo.Client, "tcp", addr, 10, harness.HitOptions{}), podNames(1, 2), nil)
+			eventually(t, "the removal to be counted", 5*time.Second, func() (bool, string) {
+				got := removedExternally(t, d)
+				return got == before+1, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want +1", before, got)
+			})
+		})
+	}
+}
+
+func removedExternally(t testing.TB, d *harness.Daemon) float64 {
+	t.Helper()
+	v, _ := metric(metrics(t, d), "kubeproxy_iptables_rules_removed_externally_total", `ip_family="IPv4"`)
+	return v
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, l := range list {
+		if l == s {
+			n++
+		}
+	}
+	return n
+}
+
+// expectNoDuplicates fails t when any chain of any saved table holds the same rule twice.
+func expectNoDuplicates(t *testing.T, label string, saves map[string]*harness.SavedTable) {
+	t.Helper()
+	for key, tab := range saves {
+		seen := map[string]int{}
+		for _, r := range tab.Rules {
+			seen[r]++
+		}
+		for r, n := range seen {
+			if n > 1 {
+				t.Errorf("%s: %s holds %d copies of %s", label, key, n, r)
+			}
+		}
+	}
+}
+
+// TestXtablesLockHeld holds the xtables lock (a file private to the test, which both the holder and the
+// daemon are pointed at through XTABLES_LOCKFILE, so the host's /run/xtables.lock is never involved) for
+// 3 s while a Service appears: the legacy backend's iptables-restore waits for it (-w 5) and the sync
+// succeeds once the lock is free, without a failure.
+func TestXtablesLockHeld(t *testing.T) {
+	harness.RequireCluster(t, "flock")
+	b := newBed(t, harness.BackendLegacy, 2)
+	b.createService(t, "web", nil)
+	b.setEndpoints(t, "web", readyEP(1))
+	d := b.start("")
+	flags := t.TempDir()
+	held, released := filepath.Join(flags, "held"), filepath.Join(flags, "released")
+	holder := exec.Command("flock", "-x", b.xt.LockFile, "sh", "-c", "touch "+held+"; sleep 3; touch "+released)
+	proc, err := harness.StartProcess("flock holder", holder, filepath.Join(flags, "flock.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Stop(syscall.SIGTERM, 5*time.Second) })
+	eventually(t, "the lock to be held", 10*time.Second, func() (bool, string) {
+		_, err := os.Stat(held)
+		return err == nil, "not yet"
+	})
+	heldAt := time.Now()
+
+	late := b.createService(t, "late", nil)
+	b.setEndpoints(t, "late", readyEP(2))
+	lateChain := b.svcChain("KUBE-SVC", "late", "tcp")
+	var waiting []string
+	var appliedAt time.Time
+	heldNow := func() bool { _, err := os.Stat(released); return err != nil }
+	eventually(t, "late's rules", 20*time.Second, func() (bool, string) {
+		if waiting == nil && heldNow() {
+			for _, c := range harness.Children(d.Proc.PID()) {
+				if len(c.Args) > 0 && strings.Contains(c.Args[0], "restore") {
+					waiting = c.Args
+				}
+			}
+		}
+		if _, ok := b.save(t, "nat").Chains[lateChain]; !ok {
+			return false, "not there yet"
+		}
+		// Checked after the save: the holder writes "released" before it lets go of the lock.
+		if heldNow() {
+			t.Errorf("late's rules were written while the lock was held")
+		}
+		appliedAt = time.Now()
+		return true, ""
+	})
+	t.Logf("lock held at +0, late's rules applied at +%v; iptables-restore seen waiting: %q",
+		appliedAt.Sub(heldAt).Round(time.Millisecond), waiting)
+	if waiting == nil {
+		t.Errorf("never saw the daemon's iptables-restore waiting for the lock")
+	}
+	expectSpread(t, "client -> late", hit(t, b.topo.Client, "tcp", hostPort(late.Spec.ClusterIP, svcTCP), 10, harness.HitOptions{}), podNames(2), nil)
+	if got := restoreFailures(t, d); got != 0 {
+		t.Errorf("%v iptables-restore failures while the lock was held", got)
+	}
+	if strings.Contains(d.Proc.Log(), "Sync failed") {
+		t.Errorf("a sync failed while the lock was held:\n%s", d.Proc.LogTail(20))
+	}
+}
+
+// bigService creates Service name with n endpoints on another node (addresses bigAddr(i), never connected
+// to), in slices of 1000 endpoints written before the Service itself, so that the Service arrives with all
+// of them in one sync.
+func (b *bed) bigService(t *testing.T, name string, n int) {
+	t.Helper()
+	ctx, cancel := b.ctx()
+	defer cancel()
+	api := b.c.Admin.DiscoveryV1().EndpointSlices(b.ns)
+	for s := 0; s*1000 < n; s++ {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, s), Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports: []discoveryv1.EndpointPort{
+				{Name: ptr("tcp"), Port: ptr[int32](podTCP), Protocol: ptr(corev1.ProtocolTCP)},
+				{Name: ptr("udp"), Port: ptr[int32](podUDP), Protocol: ptr(corev1.ProtocolUDP)},
+			},
+		}
+		for i := s * 1000; i < min(n, (s+1)*1000); i++ {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+				Addresses:  []string{bigAddr(i)},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
+				NodeName:   ptr(otherNode),
+			})
+		}
+		if _, err := api.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating slice %s: %v", slice.Name, err)
+		}
+	}
+	b.createService(t, name, nil)
+}
+
+// bigAddr is the address of endpoint i of a bigService, in 10.246.0.0/16.
+func bigAddr(i int) string { return fmt.Sprintf("10.246.%d.%d", i/250, i%250+1) }
+
+// killDuringRestore polls the daemon's children for an iptables-restore that has been running for at
+// least 50 ms (a large payload: small ones finish sooner), kills the daemon with SIGKILL right then, and
+// waits for the orphaned restore to end. It returns the restore's command line and how long it had run.
+func killDuringRestore(t *testing.T, d *harness.Daemon) ([]string, time.Duration) {
+	t.Helper()
+	pid := d.Proc.PID()
+	deadline := time.Now().Add(60 * time.Second)
+	firstSeen := map[int]time.Time{}
+	for {
+		for _, c := range harness.Children(pid) {
+			if len(c.Args) == 0 || !strings.Contains(c.Args[0], "restore") {
+				continue
+			}
+			seen, ok := firstSeen[c.PID]
+			if !ok {
+				firstSeen[c.PID] = time.Now()
+				continue
+			}
+			ran := time.Since(seen)
+			if ran < 50*time.Millisecond {
+				continue
+			}
+			if err := d.Proc.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("kill -9: %v", err)
+			}
+			<-d.Proc.Done()
+			eventually(t, "the orphaned iptables-restore to end", 30*time.Second, func() (bool, string) {
+				return !harness.ProcAlive(c.PID), fmt.Sprintf("pid %d still running", c.PID)
+			})
+			return c.Args, ran
+		}
+		if d.Proc.Exited() {
+			t.Fatalf("daemon exited on its own: %v", d.Proc.ExitErr())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw a long iptables-restore child")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// expectConverged checks the node's rules after a sync: each jump from a built-in chain once, no rule
+// twice, and no per-Service chain that nothing jumps to (a stale chain).
+func expectConverged(t *testing.T, b *bed, label string) {
+	t.Helper()
+	saves := saveAll(t, b.xt)
+	expectNoDuplicates(t, label, saves)
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		nat := saves[fam+"/nat"]
+		for _, j := range natJumps {
+			if n := countOf(nat.Rules, j); n != 1 {
+				t.Errorf("%s: %s nat holds %d copies of %s", label, fam, n, j)
+			}
+		}
+		referenced := map[string]bool{}
+		for _, r := range nat.Rules {
+			if i := strings.Index(r, " -j "); i >= 0 {
+				referenced[strings.Fields(r[i+4:])[0]] = true
+			}
+		}
+		for _, c := range nat.ChainNames("KUBE-") {
+			if !referenced[c] && c != "KUBE-PROXY-CANARY" && !strings.HasPrefix(c, "KUBE-MARK-") {
+				t.Errorf("%s: %s nat chain %s is stale: nothing jumps to it", label, fam, c)
+			}
+		}
+	}
+}
+
+// TestKillDuringSync kills the daemon with SIGKILL while an iptables-restore of a large payload runs
+// (first at start-up, then during a partial sync), changes the Services while it is down, and checks
+// that the next start converges: no duplicate rules, jumps exactly once, no stale chain, traffic as the
+// Services say.
+func TestKillDuringSync(t *testing.T) {
+	b := newBed(t, harness.BackendNFT, 3)
+	b.bigService(t, "big", 3000)
+	web := b.createService(t, "web", nil)
+	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
+	b.createService(t, "doomed", nil)
+	b.setEndpoints(t, "doomed", readyEP(1), readyEP(2))
+	doomed := []string{b.svcChain("KUBE-SVC", "doomed", "tcp"), b.sepChain("doomed", "tcp", 1)}
+
+	// 1. Killed during the first, full sync.
+	d := harness.StartDaemon(t, b.c, b.topo.Node, harness.DaemonOptions{
+		NodeName: b.node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.kubeconfig,
+		NoWaitReady: true,
+	})
+	args, ran := killDuringRestore(t, d)
+	_, committed := b.save(t, "nat").Chains[b.svcChain("KUBE-SVC", "big", "tcp")]
+	t.Logf("killed %v into %q at start-up (the payload was committed before the kill: %v)", ran, args, committed)
+	b.deleteService(t, "doomed")
+	b.setEndpoints(t, "web", readyEP(1), readyEP(2))
+	start := time.Now()
+	d.Start()
+	d.WaitReady(60 * time.Second)
+	t.Logf("restarted: ready after %v", time.Since(start).Round(time.Millisecond))
+	b.waitChains(t, []string{b.svcChain("KUBE-SVC", "web", "tcp")}, append(doomed, b.sepChain("web", "tcp", 3)))
+	expectConverged(t, b, "after a kill at start-up")
+	expectSpread(t, "client -> web", hit(t, b.topo.Client, "tcp", hostPort(web.Spec.ClusterIP, svcTCP), 20, harness.HitOptions{}), podNames(1, 2), nil)
+
+	// 2. Killed during a partial sync: a second large Service arrives, and is deleted while the daemon is
+	// down; pod3 comes back to web.
+	b.bigService(t, "big2", 3000)
+	args, ran = killDuringRestore(t, d)
+	_, committed = b.save(t, "nat").Chains[b.svcChain("KUBE-SVC", "big2", "tcp")]
+	t.Logf("killed %v into %q in a partial sync (the payload was committed before the kill: %v)", ran, args, committed)
+	ctx, cancel := b.ctx()
+	defer cancel()
+	if err := b.c.Admin.CoreV1().Services(b.ns).Delete(ctx, "big2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.c.Admin.DiscoveryV1().EndpointSlices(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=big2"}); err != nil {
+		t.Fatal(err)
+	}
+	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
+	d.Start()
+	d.WaitReady(60 * time.Second)
+	b.waitChains(t, []string{b.sepChain("web", "tcp", 3), b.svcChain("KUBE-SVC", "big", "tcp")}, []string{b.svcChain("KUBE-SVC", "big2", "tcp")})
+	expectConverged(t, b, "after a kill during a partial sync")
+	nat := b.save(t, "nat")
+	left := 0
+	for i := range 3000 {
+		for _, port := range []string{"tcp", "udp"} {
+			target := podTCP
+			if port == "udp" {
+				target = podUDP
+			}
+			if _, ok := nat.Chains[hashName("KUBE-SEP", b.portName("big2", port), port, fmt.Sprintf("%s:%d", bigAddr(i), target))]; ok {
+				left++
+			}
+		}
+	}
+	if left > 0 {
+		t.Errorf("%d endpoint chains of the deleted big2 survived", left)
+	}
+	if n := len(nat.ChainNames("KUBE-SEP-")); n < 6000 {
+		t.Errorf("only %d KUBE-SEP chains; big alone has 6000", n)
+	}
+	expectSpread(t, "client -> web", hit(t, b.topo.Client, "tcp", hostPort(web.Spec.ClusterIP, svcTCP), 30, harness.HitOptions{}), podNames(1, 2, 3), nil)
+}

@@ -1,0 +1,302 @@
+package iptables
+
+import (
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"kube-proxy/e2e/harness"
+)
+
+// upstreamOnly reports the rules upstream kube-proxy v1.37 writes and we leave out on purpose (see
+// rules/iptables' package comment): the copy of each NodePort rule for 127.0.0.0/8 that carries an nfacct
+// counter, which only feeds upstream's localhost NodePort metric.
+func upstreamOnly(rule string) bool {
+	return strings.HasPrefix(rule, "-A KUBE-NODEPORTS -d 127.0.0.0/8 ") && strings.Contains(rule, " -m nfacct ")
+}
+
+// withoutNFAcct removes the nfacct match (upstream's packet counters for metrics, which we do not keep)
+// from a rule, so that upstream's `--ctstate INVALID -m nfacct ... -j DROP` compares equal to ours.
+func withoutNFAcct(rule string) string {
+	i := strings.Index(rule, " -m nfacct --nfacct-name ")
+	if i < 0 {
+		return rule
+	}
+	rest := strings.Fields(rule[i+len(" -m nfacct --nfacct-name "):])
+	if len(rest) == 0 {
+		return rule[:i]
+	}
+	return rule[:i] + " " + strings.Join(rest[1:], " ")
+}
+
+// unordered are the chains whose rule order upstream leaves to Go's map iteration (one rule per Service
+// port address, never overlapping), so only their contents are compared.
+var unordered = []string{"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-FIREWALL"}
+
+// TestUpstreamHandover runs upstream kube-proxy, then ours, then upstream again in the same node namespace
+// with traffic flowing all along: no connection may fail, each one's first sync removes the chains of a
+// Service deleted while nothing ran, and both write the same chains (and, known differences aside, the
+// same rules) for the same Services.
+func TestUpstreamHandover(t *testing.T) {
+	b := newBed(t, harness.BackendNFT, 3)
+	web := b.createService(t, "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
+	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
+	b.createService(t, "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
+	b.setEndpoints(t, "sticky", readyEP(1), readyEP(2))
+	b.createService(t, "local", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
+	b.setEndpoints(t, "local", readyEP(1), remoteEP(2))
+	b.createService(t, "itp", func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal) })
+	b.setEndpoints(t, "itp", readyEP(3), remoteEP(1))
+	b.createService(t, "empty", nil)
+	b.createService(t, "gone", nil)
+	b.setEndpoints(t, "gone", readyEP(1), readyEP(2))
+	var goneChains []string
+	for _, port := range []string{"tcp", "udp"} {
+		goneChains = append(goneChains, b.svcChain("KUBE-SVC", "gone", port), b.sepChain("gone", port, 1), b.sepChain("gone", port, 2))
+	}
+	upOpts := harness.UpstreamOptions{NodeName: b.node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.kubeconfig}
+	targets := []target{
+		{"tcp", hostPort(web.Spec.ClusterIP, svcTCP)},
+		{"udp", hostPort(web.Spec.ClusterIP, svcUDP)},
+		{"tcp", hostPort(harness.NodeIP, nodePort(t, web, "tcp"))},
+	}
+
+	// Upstream first.
+	start := time.Now()
+	up := harness.StartUpstream(t, b.c, b.topo.Node, upOpts)
+	b.waitChains(t, append([]string{b.svcChain("KUBE-SVC", "web", "tcp")}, goneChains...), nil)
+	upstream := waitSettled(t, b.xt)
+	t.Logf("upstream kube-proxy synced both families %v after start", time.Since(start).Round(time.Millisecond))
+
+	// Upstream -> ours, with traffic flowing; "gone" is deleted while no proxy runs.
+	tr := startTraffic(b.topo.Client, targets)
+	tr.waitFor(t, 60)
+	if err := up.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.deleteService(t, "gone")
+	tr.waitFor(t, tr.count()+60)
+	d := b.start(syncConfig)
+	ours := saveAll(t, b.xt) // right after READY=1: the first sync is done
+	for _, c := range goneChains {
+		if _, ok := ours["IPv4/nat"].Chains[c]; ok {
+			t.Errorf("after our first sync, upstream's chain %s of the deleted Service is still there", c)
+		}
+	}
+	tr.waitFor(t, tr.count()+120)
+	expectNoFailures(t, "upstream -> ours", tr.stop())
+	if got := restoreFailures(t, d); got != 0 {
+		t.Errorf("our first sync over upstream's rules: %v restore failures", got)
+	}
+
+	// The same Services, the same chains: compare with what upstream wrote (minus the deleted Service).
+	for key, up := range upstream {
+		compareSaves(t, b, key, up, ours[key], goneChains)
+	}
+
+	// Ours -> upstream: a Service created under us and deleted while nothing runs must go too.
+	b.createService(t, "gone2", nil)
+	b.setEndpoints(t, "gone2", readyEP(3))
+	gone2 := []string{b.svcChain("KUBE-SVC", "gone2", "tcp"), b.sepChain("gone2", "tcp", 3)}
+	b.waitChains(t, gone2, nil)
+	tr = startTraffic(b.topo.Client, targets)
+	tr.waitFor(t, 60)
+	if err := d.Proc.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b.deleteService(t, "gone2")
+	start = time.Now()
+	up2 := harness.StartUpstream(t, b.c, b.topo.Node, upOpts)
+	b.waitChains(t, nil, gone2)
+	t.Logf("upstream kube-proxy removed our stale chains %v after start", time.Since(start).Round(time.Millisecond))
+	tr.waitFor(t, tr.count()+120)
+	expectNoFailures(t, "ours -> upstream", tr.stop())
+	back := saveAll(t, b.xt)
+	for key, o := range ours {
+		if a, z := chainSet(o), chainSet(back[key]); !slices.Equal(a, z) {
+			t.Errorf("%s: upstream's chains after ours differ from ours:\nours     %v\nupstream %v", key, a, z)
+		}
+	}
+
+	// Our --cleanup removes what upstream left (its nfacct rules included), kubelet's KUBE-FIREWALL aside.
+	if err := up2.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := harness.DaemonBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := b.ctx()
+	defer cancel()
+	if out, err := b.topo.Node.RunEnv(ctx, []string{b.xt.Env()}, bin, "--cleanup"); err != nil {
+		t.Fatalf("kube-proxy --cleanup over upstream's rules: %v\n%s", err, out)
+	}
+	for _, c := range kubeChains(t, b.xt) {
+		if !othersChain(c) {
+			t.Errorf("--cleanup left upstream's %s", c)
+		}
+	}
+}
+
+// waitSettled waits until both families have their full rule set (upstream syncs each family on its own
+// goroutine, so READY-like signals cover one family at most) and two saves in a row are equal, and
+// returns the last save.
+func waitSettled(t testing.TB, xt *harness.XTables) map[string]*harness.SavedTable {
+	t.Helper()
+	var prev, cur map[string]*harness.SavedTable
+	eventually(t, "the rules of both families to settle", 30*time.Second, func() (bool, string) {
+		prev, cur = cur, saveAll(t, xt)
+		for _, fam := range []string{"IPv4", "IPv6"} {
+			nat, filter := cur[fam+"/nat"], cur[fam+"/filter"]
+			if len(nat.RulesOf("KUBE-POSTROUTING")) == 0 || len(filter.RulesOf("KUBE-FORWARD")) == 0 ||
+				!slices.ContainsFunc(filter.RulesOf("INPUT"), func(r string) bool { return strings.HasSuffix(r, "-j KUBE-FIREWALL") }) {
+				return false, fam + " not fully synced"
+			}
+		}
+		if prev == nil {
+			return false, "first save"
+		}
+		for k, v := range cur {
+			if !slices.Equal(v.Rules, prev[k].Rules) || !slices.Equal(chainSet(v), chainSet(prev[k])) {
+				return false, k + " still changing"
+			}
+		}
+		return true, ""
+	})
+	return cur
+}
+
+// saveAll returns the nat and filter tables of both families, keyed "IPv4/nat" and so on.
+func saveAll(t testing.TB, xt *harness.XTables) map[string]*harness.SavedTable {
+	t.Helper()
+	out := map[string]*harness.SavedTable{}
+	for _, ipv6 := range []bool{false, true} {
+		fam := "IPv4"
+		if ipv6 {
+			fam = "IPv6"
+		}
+		for _, table := range []string{"nat", "filter"} {
+			out[fam+"/"+table] = saveTable(t, xt, ipv6, table)
+		}
+	}
+	return out
+}
+
+// chainSet returns the sorted KUBE-* chain names of a table.
+func chainSet(s *harness.SavedTable) []string {
+	if s == nil {
+		return nil
+	}
+	return s.ChainNames("KUBE-")
+}
+
+// compareSaves checks that ours has exactly upstream's KUBE-* chains (except those in skip) and the same
+// rules, known differences aside, which it logs.
+func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable, skip []string) {
+	t.Helper()
+	var upChains []string
+	for _, c := range chainSet(up) {
+		if !slices.Contains(skip, c) {
+			upChains = append(upChains, c)
+		}
+	}
+	if oc := chainSet(ours); !slices.Equal(upChains, oc) {
+		t.Errorf("%s: chains differ:\nupstream %v\nours     %v", key, upChains, oc)
+	}
+	relevant := func(r string) bool {
+		for _, c := range skip {
+			if strings.Contains(r, c) {
+				return false
+			}
+		}
+		return !strings.Contains(r, b.ns+"/gone")
+	}
+	upRules, ourRules := map[string]int{}, map[string]int{}
+	for _, r := range up.Rules {
+		if !relevant(r) {
+			continue
+		}
+		if upstreamOnly(r) {
+			t.Logf("%s: upstream only, on purpose: %s", key, r)
+			continue
+		}
+		if n := withoutNFAcct(r); n != r {
+			t.Logf("%s: upstream counts with nfacct, we do not: %s", key, r)
+			r = n
+		}
+		upRules[r]++
+	}
+	for _, r := range ours.Rules {
+		ourRules[r]++
+	}
+	for r, n := range upRules {
+		if ourRules[r] != n {
+			t.Errorf("%s: upstream has %d, ours %d of: %s", key, n, ourRules[r], r)
+		}
+	}
+	for r, n := range ourRules {
+		if _, ok := upRules[r]; !ok {
+			t.Errorf("%s: ours only (%d): %s", key, n, r)
+		}
+	}
+	// Order matters within a chain (first match wins): compare each chain's rule order, except where
+	// upstream's own order is random.
+	for _, c := range upChains {
+		if slices.Contains(unordered, c) {
+			continue
+		}
+		var u []string
+		for _, r := range up.RulesOf(c) {
+			if relevant(r) && !upstreamOnly(r) {
+				u = append(u, withoutNFAcct(r))
+			}
+		}
+		if o := ours.RulesOf(c); !slices.Equal(u, o) {
+			t.Errorf("%s: chain %s in another order:\nupstream:\n%s\nours:\n%s", key, c, strings.Join(u, "\n"), strings.Join(o, "\n"))
+		}
+	}
+	// The jump to KUBE-NODEPORTS must stay last in KUBE-SERVICES.
+	if svcs := ours.RulesOf("KUBE-SERVICES"); strings.HasSuffix(key, "/nat") && (len(svcs) == 0 || !strings.HasSuffix(svcs[len(svcs)-1], "-j KUBE-NODEPORTS")) {
+		t.Errorf("%s: the last rule of KUBE-SERVICES is not the jump to KUBE-NODEPORTS: %v", key, svcs)
+	}
+	for _, builtin := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
+		u, o := up.RulesOf(builtin), ours.RulesOf(builtin)
+		if !slices.Equal(u, o) {
+			t.Errorf("%s: built-in chain %s differs:\nupstream:\n%s\nours:\n%s", key, builtin, strings.Join(u, "\n"), strings.Join(o, "\n"))
+		}
+	}
+}
+
+// expectNoFailures fails t if any connection failed.
+func expectNoFailures(t *testing.T, label string, res []harness.HitResult) {
+	t.Helper()
+	fails := 0
+	for _, r := range res {
+		if r.Err != "" {
+			fails++
+		}
+	}
+	t.Logf("%s: %d connections, %d failed", label, len(res), fails)
+	if fails > 0 {
+		t.Errorf("%s: %d of %d connections failed: %s", label, fails, len(res), harness.FormatHits(harness.CountHits(res)))
+	}
+}
+
+// restoreFailures sums kubeproxy_sync_proxy_rules_iptables_restore_failures_total over the families.
+func restoreFailures(t testing.TB, d *harness.Daemon) float64 {
+	t.Helper()
+	body := metrics(t, d)
+	var sum float64
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		v, _ := metric(body, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", `ip_family="`+fam+`"`)
+		sum += v
+	}
+	return sum
+}
