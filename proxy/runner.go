@@ -13,9 +13,9 @@ import (
 type SyncFunc func(ctx context.Context, full bool) error
 
 // Runner calls a SyncFunc from a single goroutine: soon after a request but never sooner than minInterval
-// after the previous run ended, at least every maxInterval (as a full sync), and after a failure again with
-// exponential backoff (as a full sync) until it succeeds. Requests made while a run is in progress are
-// coalesced into one more run.
+// after the previous run ended, as a full sync at least every maxInterval after the previous full one, and
+// after a failure again with exponential backoff (as a full sync) until it succeeds. Requests made while a
+// run is in progress are coalesced into one more run.
 type Runner struct {
 	fn  SyncFunc
 	now func() time.Time
@@ -31,6 +31,7 @@ type Runner struct {
 	// state, for health and watchdog
 	runningSince time.Time
 	lastEnd      time.Time
+	lastFullEnd  time.Time
 	failures     int
 }
 
@@ -119,7 +120,8 @@ func (r *Runner) next() (due time.Time, full bool) {
 		}
 		return r.lastEnd.Add(min(backoff, r.maxInterval)), true
 	}
-	due, full = r.lastEnd.Add(r.maxInterval), true
+	// The periodic full sync counts from the last full one, so steady churn cannot postpone it forever.
+	due, full = r.lastFullEnd.Add(r.maxInterval), true
 	if r.requested {
 		if d := r.lastEnd.Add(r.minInterval); d.Before(due) {
 			due, full = d, r.full
@@ -170,6 +172,9 @@ func (r *Runner) runOnce(ctx context.Context, full bool) {
 	r.mu.Lock()
 	r.runningSince = time.Time{}
 	r.lastEnd = r.now()
+	if full && err == nil {
+		r.lastFullEnd = r.lastEnd
+	}
 	if err != nil {
 		r.failures++
 		klog.ErrorS(err, "Sync failed; will retry with a full sync", "consecutiveFailures", r.failures)

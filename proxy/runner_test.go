@@ -131,6 +131,7 @@ func TestRunnerNext(t *testing.T) {
 	tests := []struct {
 		name      string
 		lastEnd   time.Time
+		lastFull  time.Time // zero: the last run was full
 		failures  int
 		requested bool
 		full      bool
@@ -156,12 +157,19 @@ func TestRunnerNext(t *testing.T) {
 			wantDue: end.Add(30 * time.Second), wantFull: true},
 		{name: "failure with a short maxInterval: capped", lastEnd: end, failures: 1, max: 10 * time.Millisecond,
 			wantDue: end.Add(10 * time.Millisecond), wantFull: true},
+		{name: "steady churn: the periodic full sync counts from the last full one", lastEnd: end,
+			lastFull: end.Add(-time.Hour + 500*time.Millisecond), requested: true, min: time.Second, max: time.Hour,
+			wantDue: end.Add(500 * time.Millisecond), wantFull: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := NewRunner(nil, tc.min, tc.max)
 			r.now = func() time.Time { return now }
 			r.lastEnd, r.failures, r.requested, r.full = tc.lastEnd, tc.failures, tc.requested, tc.full
+			r.lastFullEnd = tc.lastEnd
+			if !tc.lastFull.IsZero() {
+				r.lastFullEnd = tc.lastFull
+			}
 			due, full := r.next()
 			if !due.Equal(tc.wantDue) || full != tc.wantFull {
 				t.Errorf("next() = %v (+%v), %v; want %v (+%v), %v", due, due.Sub(end), full, tc.wantDue, tc.wantDue.Sub(end), tc.wantFull)

@@ -149,6 +149,14 @@ func (t *Tracker) OnEndpointSlice(prev, cur *discovery.EndpointSlice) {
 	if obj == nil {
 		return
 	}
+	if prev != nil && cur != nil {
+		// A slice relabelled to another Service (or to none) first leaves the Service it belonged to.
+		if old, err := sliceService(prev); err == nil {
+			if now, err := sliceService(cur); err != nil || now != old {
+				t.OnEndpointSlice(prev, nil)
+			}
+		}
+	}
 	key, err := sliceService(obj)
 	if err != nil {
 		t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, err.Error())

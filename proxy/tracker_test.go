@@ -106,6 +106,22 @@ func TestTrackerChanges(t *testing.T) {
 			wantOnChange: 2,
 		},
 		{
+			name: "a slice relabelled to another Service leaves the first",
+			initial: func(tr *Tracker) {
+				tr.OnService(nil, webService())
+				tr.OnService(nil, otherSvc)
+				tr.OnEndpointSlice(nil, webSlice("web-1", "10.1.0.1"))
+			},
+			events: func(tr *Tracker) {
+				moved := makeSlice("ns", "other", "web-1", ipv4, []slicePortSpec{sp("", 9090, tcp)}, epSpec{ip: "10.1.0.1"})
+				tr.OnEndpointSlice(webSlice("web-1", "10.1.0.1"), moved)
+			},
+			wantChanged:  []ServicePortName{other, web},
+			wantPorts:    map[ServicePortName][]string{web: {}, other: {"10.1.0.1:9090"}},
+			wantPending:  [2]int{0, 2},
+			wantOnChange: 2,
+		},
+		{
 			name:    "add then delete a slice before a sync leaves no change",
 			initial: func(tr *Tracker) { tr.OnService(nil, webService()) },
 			events: func(tr *Tracker) {
