@@ -322,6 +322,15 @@ func (t *Tracker) Snapshots() Build {
 	t.rebuildAll = false
 	t.mu.Unlock()
 
+	for _, in := range inputs {
+		if in.svc == nil {
+			// Slices whose Service is unknown are kept (the Service may simply not have arrived yet) but
+			// proxy nothing: say so.
+			for _, ps := range in.slices {
+				t.report.skip("EndpointSlice", in.key.Namespace+"/"+ps.name, "no Service "+in.key.Name+" to proxy it for")
+			}
+		}
+	}
 	out := Build{Triggers: triggers}
 	for _, b := range t.builders {
 		n := nodeFor(node, t.nodeName, b.family)
