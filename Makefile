@@ -18,7 +18,7 @@ BIN     := bin/kube-proxy
 KP_CLUSTER_BINDIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kube-proxy-e2e/bin
 export KP_CLUSTER_BINDIR
 
-.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz
+.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab
 
 all: build
 
@@ -35,7 +35,7 @@ lint:
 	go vet ./...
 
 unit: lint
-	go test -count=1 ./config/... ./proxy/... ./rules/... ./systemd/... .
+	go test -count=1 ./config/... ./proxy/... ./rules/... ./systemd/... ./packaging/... .
 	go test -count=1 -race ./proxy/...
 
 # Short fuzz runs of every fuzz target (CI keeps them brief; run longer by hand with FUZZTIME=5m).
@@ -60,5 +60,14 @@ test: deps unit fuzz e2e
 demo: deps build cluster-bins
 	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/demo
 
+# Release artifacts for linux/amd64 and linux/arm64 into dist/: binaries, tarballs, .debs, SHA256SUMS.
+release:
+	VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' packaging/release.sh $(CURDIR)/dist
+
+# Only the real-systemd tests (they are part of make e2e too).
+systemd-lab: deps build build-faults cluster-bins
+	KP_E2E=1 KP_BINARY=$(CURDIR)/$(BIN) KP_FAULTS_BINARY=$(CURDIR)/bin/kube-proxy-faults \
+	  go test -count=1 -timeout 20m -v ./e2e/systemdlab/
+
 clean:
-	rm -rf bin
+	rm -rf bin dist
