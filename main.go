@@ -29,7 +29,11 @@ var (
 
 func main() {
 	if len(os.Args) == 3 && os.Args[1] == "reload" { // ExecReload= of the unit: signal and wait
-		os.Exit(reloadCommand(os.Args[2]))
+		if err := systemd.ReloadCommand(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "kube-proxy reload:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	opts := config.NewOptions()
 	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
@@ -63,7 +67,9 @@ func main() {
 	}
 	defer klog.Flush()
 	if opts.WriteConfigTo != "" {
-		exitOn(writeConfig(opts.WriteConfigTo, cfg))
+		b, err := config.Marshal(cfg)
+		exitOn(err)
+		exitOn(os.WriteFile(opts.WriteConfigTo, b, 0o644))
 		os.Exit(0)
 	}
 	klog.InfoS("Starting kube-proxy", "version", version, "commit", commit, "config", opts.ConfigFile, "overriddenByFlags", opts.Overrides(fs))
@@ -100,6 +106,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		return nil
 	}
 	srv := proxy.NewServer(cfg, client, nodeName, registry, dp)
+	srv.FlagOverrides = opts.Overrides(fs)
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() { done <- srv.Run(ctx); close(finished) }()
 	err = systemd.Run(ctx, systemd.NewNotifier(), systemd.Hooks{
@@ -119,30 +126,6 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	case <-time.After(1500 * time.Millisecond):
 	}
 	return err
-}
-
-// reloadCommand is `kube-proxy reload PID`: signal the daemon and wait for the outcome of its reload.
-func reloadCommand(pidArg string) int {
-	pid, err := strconv.Atoi(pidArg)
-	if err == nil {
-		err = systemd.ReloadAndWait(pid, systemd.RuntimeDir(), 2*time.Minute)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kube-proxy reload:", err)
-		return 1
-	}
-	return 0
-}
-
-func writeConfig(path string, cfg *config.KubeProxyConfiguration) error {
-	b, err := config.Marshal(cfg)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("writing config: %w", err)
-	}
-	return nil
 }
 
 func exitOn(err error) {

@@ -28,6 +28,8 @@ type Server struct {
 	NodeName string
 	Registry *prometheus.Registry
 	Proxy    *Proxy
+	// FlagOverrides are the config fields the command line sets (they win over the file on reloads too).
+	FlagOverrides []string
 
 	client        kubernetes.Interface
 	serviceHealth []*ServiceHealth
@@ -207,6 +209,10 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 	res.Message = "changed: " + strings.Join(live, ", ")
 	if len(live) == 0 {
 		res.Message = "no changes"
+	}
+	if len(s.FlagOverrides) > 0 {
+		// A flag on the command line beats the file, at start and on every reload alike.
+		res.Message += "; set by command-line flags, so not read from the file: " + strings.Join(s.FlagOverrides, ", ")
 	}
 	s.Proxy.Metrics().ConfigReloads.WithLabelValues(res.Result).Inc()
 	klog.InfoS("Configuration reloaded", "generation", res.Generation, "changed", live)

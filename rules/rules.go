@@ -15,6 +15,7 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/sysctl"
 	"kube-proxy/rules/xtables"
 )
@@ -24,6 +25,8 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	switch cfg.Mode {
 	case config.ModeIPTables, "":
 		return newIPTables(ctx, cfg, reg)
+	case config.ModeIPVS:
+		return newIPVS(ctx, cfg, nodeName, reg)
 	default:
 		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables or ipvs)", cfg.Mode)
 	}
@@ -79,6 +82,27 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 	return out, nil
 }
 
+// newIPVS sets up mode ipvs: the conntrack sysctls, then a dataplane per family, dual-stack when the
+// second family's iptables works too (IPVS mode still needs iptables for masquerading and filtering).
+func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
+		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
+	}
+	var out []proxy.FamilyDataplane
+	for i, family := range families(cfg) {
+		dp, err := ipvs.New(ctx, cfg, family, nodeName, reg)
+		if err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
+			continue
+		}
+		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+	}
+	return out, nil
+}
+
 // usableRunner returns a runner for backend and family after checking that its tools can read the kernel
 // (ip6tables fails where IPv6 is disabled).
 func usableRunner(ctx context.Context, backend xtables.Backend, family v1.IPFamily) (*xtables.Runner, error) {
@@ -113,6 +137,9 @@ func Cleanup(ctx context.Context) error {
 			}
 			klog.InfoS("Removed iptables-mode rules", "backend", backend, "ipFamily", family)
 		}
+	}
+	if err := ipvs.Cleanup(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("ipvs: %w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -123,3 +123,13 @@ func ResetReloadStatus(dir string) error {
 	}
 	return nil
 }
+
+// ReloadCommand is `kube-proxy reload PID`, the unit's ExecReload: signal the daemon and wait (up to two
+// minutes) for the outcome of its reload, recorded in RuntimeDir.
+func ReloadCommand(pidArg string) error {
+	pid, err := strconv.Atoi(pidArg)
+	if err != nil {
+		return fmt.Errorf("not a PID: %q", pidArg)
+	}
+	return ReloadAndWait(pid, RuntimeDir(), 2*time.Minute)
+}

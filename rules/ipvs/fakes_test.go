@@ -1,0 +1,527 @@
+package ipvs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// The fakes simulate the kernel objects the writer manages: they keep state, and fail as the kernel does
+// for duplicate and missing objects. They do not count calls; tests look at the state they end up in.
+
+// fakeIPVS is the kernel's IPVS table (shared by both families, as in the kernel).
+type fakeIPVS struct {
+	vs       map[vsKey]*fakeVS
+	timeouts [3]uint32
+	// fail, when set, is consulted before every write and may return an error to inject.
+	fail func(op string, k vsKey) error
+	// noAllReals makes allReals unsupported, so real servers are listed per virtual server.
+	noAllReals bool
+}
+
+type fakeVS struct {
+	kernelVS
+	reals map[realKey]*kernelReal
+}
+
+func newFakeIPVS() *fakeIPVS { return &fakeIPVS{vs: map[vsKey]*fakeVS{}} }
+
+func (f *fakeIPVS) check(op string, k vsKey) error {
+	if f.fail != nil {
+		return f.fail(op, k)
+	}
+	return nil
+}
+
+func (f *fakeIPVS) services() ([]kernelVS, error) {
+	out := make([]kernelVS, 0, len(f.vs))
+	for _, v := range f.vs {
+		out = append(out, v.kernelVS)
+	}
+	slices.SortFunc(out, func(a, b kernelVS) int { return a.key.compare(b.key) })
+	return out, nil
+}
+
+func (f *fakeIPVS) createService(vs kernelVS) error {
+	if err := f.check("createService", vs.key); err != nil {
+		return err
+	}
+	if _, ok := f.vs[vs.key]; ok {
+		return fmt.Errorf("%w: file exists", errExist)
+	}
+	if vs.scheduler == "" || vs.scheduler == "nope" {
+		return fmt.Errorf("no such file or directory (scheduler %q)", vs.scheduler)
+	}
+	f.vs[vs.key] = &fakeVS{kernelVS: vs, reals: map[realKey]*kernelReal{}}
+	return nil
+}
+
+func (f *fakeIPVS) updateService(vs kernelVS) error {
+	if err := f.check("updateService", vs.key); err != nil {
+		return err
+	}
+	v, ok := f.vs[vs.key]
+	if !ok {
+		return fmt.Errorf("%w: no such process", errNotExist)
+	}
+	v.kernelVS = vs
+	return nil
+}
+
+func (f *fakeIPVS) removeService(k vsKey) error {
+	if err := f.check("removeService", k); err != nil {
+		return err
+	}
+	if _, ok := f.vs[k]; !ok {
+		return fmt.Errorf("%w: no such process", errNotExist)
+	}
+	delete(f.vs, k)
+	return nil
+}
+
+func (f *fakeIPVS) reals(k vsKey) ([]kernelReal, error) {
+	v, ok := f.vs[k]
+	if !ok {
+		return nil, nil // the kernel's dump of a missing service is empty
+	}
+	out := make([]kernelReal, 0, len(v.reals))
+	for _, r := range v.reals {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b kernelReal) int { return a.key.compare(b.key) })
+	return out, nil
+}
+
+func (f *fakeIPVS) allReals() (map[vsKey][]kernelReal, error) {
+	if f.noAllReals {
+		return nil, nil
+	}
+	out := map[vsKey][]kernelReal{}
+	for k := range f.vs {
+		out[k], _ = f.reals(k)
+	}
+	return out, nil
+}
+
+func (f *fakeIPVS) createReal(k vsKey, r realKey, w uint32) error {
+	if err := f.check("createReal", k); err != nil {
+		return err
+	}
+	v, ok := f.vs[k]
+	if !ok {
+		return fmt.Errorf("%w: no such process", errNotExist)
+	}
+	if _, ok := v.reals[r]; ok {
+		return fmt.Errorf("%w: file exists", errExist)
+	}
+	v.reals[r] = &kernelReal{key: r, weight: w}
+	return nil
+}
+
+func (f *fakeIPVS) updateReal(k vsKey, r realKey, w uint32) error {
+	if err := f.check("updateReal", k); err != nil {
+		return err
+	}
+	v, ok := f.vs[k]
+	if !ok {
+		return fmt.Errorf("%w: no such process", errNotExist)
+	}
+	rs, ok := v.reals[r]
+	if !ok {
+		return fmt.Errorf("%w: no such file or directory", errNotExist)
+	}
+	rs.weight = w
+	return nil
+}
+
+func (f *fakeIPVS) removeReal(k vsKey, r realKey) error {
+	if err := f.check("removeReal", k); err != nil {
+		return err
+	}
+	v, ok := f.vs[k]
+	if !ok {
+		return fmt.Errorf("%w: no such process", errNotExist)
+	}
+	if _, ok := v.reals[r]; !ok {
+		return fmt.Errorf("%w: no such file or directory", errNotExist)
+	}
+	delete(v.reals, r)
+	return nil
+}
+
+func (f *fakeIPVS) setTimeouts(tcp, tcpFin, udp uint32) error {
+	for i, v := range []uint32{tcp, tcpFin, udp} {
+		if v != 0 {
+			f.timeouts[i] = v
+		}
+	}
+	return nil
+}
+
+// conns sets the connection counts of a real server (a test's stand-in for traffic).
+func (f *fakeIPVS) conns(k vsKey, r realKey, active, inactive uint32) {
+	rs := f.vs[k].reals[r]
+	rs.active, rs.inactive = active, inactive
+}
+
+// fakeSets are the kernel's ipsets.
+type fakeSets struct {
+	sets map[string]*fakeSet
+}
+
+type fakeSet struct {
+	typ     string
+	family  v1.IPFamily
+	entries map[entry]bool
+}
+
+func newFakeSets() *fakeSets { return &fakeSets{sets: map[string]*fakeSet{}} }
+
+func (f *fakeSets) createSet(name, typ string, family v1.IPFamily) error {
+	if len(name) > maxSetName {
+		return fmt.Errorf("set name %q too long", name)
+	}
+	if _, ok := f.sets[name]; ok {
+		return fmt.Errorf("%w: set with the same name already exists", errExist)
+	}
+	f.sets[name] = &fakeSet{typ: typ, family: family, entries: map[entry]bool{}}
+	return nil
+}
+
+func (f *fakeSets) destroySet(name string) error {
+	if _, ok := f.sets[name]; !ok {
+		return fmt.Errorf("%w: the set with the given name does not exist", errNotExist)
+	}
+	delete(f.sets, name)
+	return nil
+}
+
+func (f *fakeSets) listSet(name string) ([]entry, error) {
+	s, ok := f.sets[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: the set with the given name does not exist", errNotExist)
+	}
+	out := make([]entry, 0, len(s.entries))
+	for e := range s.entries {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, entry.compare)
+	return out, nil
+}
+
+// fits reports whether an entry has exactly the fields the set type takes, in the set's family.
+func (s *fakeSet) fits(e entry) bool {
+	famOK := func(a netip.Addr) bool { return familyOf(a) == s.family }
+	switch s.typ {
+	case typeBitmapPort:
+		return !e.ip.IsValid() && e.proto == 0 && !e.ip2.IsValid() && !e.net.IsValid()
+	case typeHashIP:
+		return e.ip.IsValid() && famOK(e.ip) && e.proto == 0 && e.port == 0
+	case typeHashIPPort:
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && !e.ip2.IsValid() && !e.net.IsValid()
+	case typeHashIPPortIP:
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && e.ip2.IsValid() && famOK(e.ip2)
+	case typeHashIPPortNet:
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && e.net.IsValid() && famOK(e.net.Addr())
+	}
+	return false
+}
+
+func (f *fakeSets) addEntry(name, typ string, e entry) error {
+	s, ok := f.sets[name]
+	if !ok {
+		return fmt.Errorf("%w: the set with the given name does not exist", errNotExist)
+	}
+	if typ != s.typ || !s.fits(e) {
+		return fmt.Errorf("entry %s does not fit set %s of type %s", e, name, s.typ)
+	}
+	if s.entries[e] {
+		return fmt.Errorf("%w: element is already added", errExist)
+	}
+	s.entries[e] = true
+	return nil
+}
+
+func (f *fakeSets) delEntry(name, typ string, e entry) error {
+	s, ok := f.sets[name]
+	if !ok {
+		return fmt.Errorf("%w: the set with the given name does not exist", errNotExist)
+	}
+	if !s.entries[e] {
+		return fmt.Errorf("%w: element is not added", errNotExist)
+	}
+	delete(s.entries, e)
+	return nil
+}
+
+// fakeLinks are the node's links and addresses.
+type fakeLinks struct {
+	links map[string]map[netip.Addr]bool
+}
+
+func newFakeLinks(eth0 ...string) *fakeLinks {
+	f := &fakeLinks{links: map[string]map[netip.Addr]bool{"lo": {netip.MustParseAddr("127.0.0.1"): true, netip.MustParseAddr("::1"): true}, "eth0": {}}}
+	for _, a := range eth0 {
+		f.links["eth0"][netip.MustParseAddr(a)] = true
+	}
+	return f
+}
+
+func (f *fakeLinks) ensureDummy(name string) error {
+	if _, ok := f.links[name]; !ok {
+		f.links[name] = map[netip.Addr]bool{}
+	}
+	return nil
+}
+
+func (f *fakeLinks) deleteLink(name string) error {
+	if _, ok := f.links[name]; !ok {
+		return fmt.Errorf("%w: Link not found", errNotExist)
+	}
+	delete(f.links, name)
+	return nil
+}
+
+func (f *fakeLinks) addrs(link string, family v1.IPFamily) ([]netip.Addr, error) {
+	l, ok := f.links[link]
+	if !ok {
+		return nil, fmt.Errorf("Link not found")
+	}
+	var out []netip.Addr
+	for a := range l {
+		if familyOf(a) == family {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+func (f *fakeLinks) addAddr(link string, a netip.Addr) error {
+	l, ok := f.links[link]
+	if !ok {
+		return fmt.Errorf("Link not found")
+	}
+	if l[a] {
+		return fmt.Errorf("%w: file exists", errExist)
+	}
+	l[a] = true
+	return nil
+}
+
+func (f *fakeLinks) delAddr(link string, a netip.Addr) error {
+	l, ok := f.links[link]
+	if !ok {
+		return fmt.Errorf("Link not found")
+	}
+	if !l[a] {
+		return fmt.Errorf("%w: cannot assign requested address", errNotExist)
+	}
+	delete(l, a)
+	return nil
+}
+
+func (f *fakeLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for name, l := range f.links {
+		if name == except {
+			continue
+		}
+		for a := range l {
+			if familyOf(a) == family {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// fakeRules is one family's iptables: tables of chains of rules, fed by iptables-restore --noflush
+// payloads (declared chains are flushed or created, "-A" appends to a known chain, "-X" deletes an empty
+// unreferenced chain, each table commits atomically) and jump rules prepended to built-in chains.
+type fakeRules struct {
+	tables map[string]map[string][]string
+	fail   error
+}
+
+var builtinChains = map[string][]string{
+	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+}
+
+func newFakeRules() *fakeRules {
+	f := &fakeRules{tables: map[string]map[string][]string{}}
+	for t, chains := range builtinChains {
+		f.tables[t] = map[string][]string{}
+		for _, c := range chains {
+			f.tables[t][c] = nil
+		}
+	}
+	return f
+}
+
+func (f *fakeRules) restore(_ context.Context, payload []byte) error {
+	if f.fail != nil {
+		return f.fail
+	}
+	sc := bufio.NewScanner(bytes.NewReader(payload))
+	var table string
+	var work map[string][]string
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+			if f.tables[table] == nil {
+				return fmt.Errorf("line %d: unknown table %s", n, table)
+			}
+			work = map[string][]string{}
+			for c, rs := range f.tables[table] {
+				work[c] = slices.Clone(rs)
+			}
+		case line == "COMMIT":
+			if work == nil {
+				return fmt.Errorf("line %d: COMMIT outside a table", n)
+			}
+			f.tables[table] = work
+			work = nil
+		case work == nil:
+			return fmt.Errorf("line %d: %q outside a table", n, line)
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			work[name] = []string{}
+		case strings.HasPrefix(line, "-A "):
+			chain, rule, _ := strings.Cut(line[3:], " ")
+			if _, ok := work[chain]; !ok {
+				return fmt.Errorf("line %d: chain %s does not exist", n, chain)
+			}
+			if j := jumpTarget(rule); j != "" && !isTerminal(j) {
+				if _, ok := work[j]; !ok {
+					return fmt.Errorf("line %d: target %s does not exist", n, j)
+				}
+			}
+			work[chain] = append(work[chain], rule)
+		case strings.HasPrefix(line, "-X "):
+			chain := line[3:]
+			if len(work[chain]) > 0 {
+				return fmt.Errorf("line %d: chain %s is not empty", n, chain)
+			}
+			for c, rs := range work {
+				for _, r := range rs {
+					if jumpTarget(r) == chain {
+						return fmt.Errorf("line %d: chain %s is referenced by %s", n, chain, c)
+					}
+				}
+			}
+			delete(work, chain)
+		default:
+			return fmt.Errorf("line %d: cannot parse %q", n, line)
+		}
+	}
+	if work != nil {
+		return fmt.Errorf("no COMMIT for table %s", table)
+	}
+	return nil
+}
+
+func jumpTarget(rule string) string {
+	f := strings.Fields(rule)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "-j" {
+			return f[i+1]
+		}
+	}
+	return ""
+}
+
+func isTerminal(t string) bool {
+	switch t {
+	case "ACCEPT", "DROP", "REJECT", "RETURN", "MARK", "MASQUERADE":
+		return true
+	}
+	return false
+}
+
+func (f *fakeRules) ensureJump(j jumpRule) error {
+	chain, ok := f.tables[j.table][j.chain]
+	if !ok {
+		return fmt.Errorf("no chain %s/%s", j.table, j.chain)
+	}
+	if _, ok := f.tables[j.table][j.target]; !ok {
+		return fmt.Errorf("target %s does not exist", j.target)
+	}
+	rule := strings.Join(quoteArgs(j.spec()), " ")
+	if slices.Contains(chain, rule) {
+		return nil
+	}
+	f.tables[j.table][j.chain] = append([]string{rule}, chain...)
+	return nil
+}
+
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.Contains(a, " ") {
+			a = `"` + a + `"`
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// dump writes the tables, chains sorted by name, in iptables-save's shape.
+func (f *fakeRules) dump() string {
+	var b strings.Builder
+	for _, t := range []string{"nat", "filter"} {
+		b.WriteString("*" + t + "\n")
+		chains := make([]string, 0, len(f.tables[t]))
+		for c := range f.tables[t] {
+			chains = append(chains, c)
+		}
+		slices.Sort(chains)
+		for _, c := range chains {
+			for _, r := range f.tables[t][c] {
+				b.WriteString("-A " + c + " " + r + "\n")
+			}
+		}
+	}
+	return b.String()
+}
+
+// fakeSysctl is /proc/sys.
+type fakeSysctl map[string]string
+
+func (f fakeSysctl) get(name string) (string, error) {
+	v, ok := f[name]
+	if !ok {
+		return "", fmt.Errorf("open /proc/sys/%s: no such file or directory", name)
+	}
+	return v, nil
+}
+
+func (f fakeSysctl) set(name, value string) error {
+	if _, ok := f[name]; !ok {
+		return fmt.Errorf("open /proc/sys/%s: no such file or directory", name)
+	}
+	f[name] = value
+	return nil
+}
+
+func newFakeSysctl() fakeSysctl {
+	return fakeSysctl{
+		"net/ipv4/vs/conntrack":                 "0",
+		"net/ipv4/vs/expire_nodest_conn":        "0",
+		"net/ipv4/vs/expire_quiescent_template": "0",
+		"net/ipv4/vs/conn_reuse_mode":           "1",
+		"net/ipv4/ip_forward":                   "0",
+		"net/ipv4/conf/all/arp_ignore":          "0",
+		"net/ipv4/conf/all/arp_announce":        "0",
+	}
+}

@@ -1,0 +1,434 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cloudflare/ipvs"
+	"github.com/cloudflare/ipvs/netmask"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/xtables"
+)
+
+// kernelIPVS drives IPVS over generic netlink with github.com/cloudflare/ipvs.
+type kernelIPVS struct{ c ipvs.Client }
+
+func ipvsFamily(a netip.Addr) ipvs.AddressFamily {
+	if a.Is4() {
+		return ipvs.INET
+	}
+	return ipvs.INET6
+}
+
+// service returns the library's service for a key. The kernel refuses a full service without a netmask
+// attribute, so it is always set (a host mask: persistence is per client address).
+func service(k vsKey) ipvs.Service {
+	s := ipvs.Service{Address: k.addr, Port: k.port, Protocol: ipvs.Protocol(k.proto), Family: ipvsFamily(k.addr)}
+	if k.addr.Is4() {
+		s.Netmask = netmask.MaskFrom(32, 32)
+	} else {
+		s.Netmask = netmask.MaskFrom(128, 128)
+	}
+	return s
+}
+
+func destination(r realKey, weight uint32) ipvs.Destination {
+	return ipvs.Destination{Address: r.addr, Port: r.port, Family: ipvsFamily(r.addr), FwdMethod: ipvs.Masquerade, Weight: weight}
+}
+
+// ipvsErr classifies the kernel's answers: EEXIST for duplicates, ESRCH (service) and ENOENT (real
+// server) for missing objects.
+func ipvsErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EEXIST):
+		return fmt.Errorf("%w: %w", errExist, err)
+	case errors.Is(err, unix.ESRCH), errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%w: %w", errNotExist, err)
+	}
+	return err
+}
+
+func (h *kernelIPVS) services() ([]kernelVS, error) {
+	list, err := h.c.Services()
+	if errors.Is(err, os.ErrNotExist) { // an empty dump
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]kernelVS, 0, len(list))
+	for _, s := range list {
+		if s.FWMark != 0 || !s.Address.IsValid() {
+			continue // fwmark services are never ours
+		}
+		out = append(out, kernelVS{key: vsKey{s.Address.Unmap(), s.Port, protocol(s.Protocol)},
+			scheduler: s.Scheduler, flags: uint32(s.Flags) &^ flagHashed, timeout: s.Timeout})
+	}
+	return out, nil
+}
+
+func (h *kernelIPVS) createService(vs kernelVS) error {
+	s := service(vs.key)
+	s.Scheduler, s.Flags, s.Timeout = vs.scheduler, ipvs.Flags(vs.flags), vs.timeout
+	return ipvsErr(h.c.CreateService(s))
+}
+
+func (h *kernelIPVS) updateService(vs kernelVS) error {
+	s := service(vs.key)
+	s.Scheduler, s.Flags, s.Timeout = vs.scheduler, ipvs.Flags(vs.flags), vs.timeout
+	return ipvsErr(h.c.UpdateService(s))
+}
+
+func (h *kernelIPVS) removeService(k vsKey) error { return ipvsErr(h.c.RemoveService(service(k))) }
+
+func (h *kernelIPVS) reals(k vsKey) ([]kernelReal, error) {
+	list, err := h.c.Destinations(service(k))
+	if errors.Is(err, os.ErrNotExist) { // an empty dump (also what a missing service gives)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, ipvsErr(err)
+	}
+	out := make([]kernelReal, 0, len(list))
+	for _, d := range list {
+		out = append(out, kernelReal{key: realKey{d.Address.Unmap(), d.Port}, weight: d.Weight,
+			active: d.ActiveConnections, inactive: d.InactiveConnections})
+	}
+	return out, nil
+}
+
+// procIPVS is the kernel's text listing of every virtual server with its real servers, of the network
+// namespace of the reading process.
+const procIPVS = "/proc/net/ip_vs"
+
+// allReals reads procIPVS: one read instead of a netlink dump per virtual server. The listing gives
+// addresses in hex ("0A60000A:0050", "[fd00:0000:...]:0050") and, per real server, its forwarding
+// method, weight, active and inactive connection counts.
+func (h *kernelIPVS) allReals() (map[vsKey][]kernelReal, error) {
+	b, err := os.ReadFile(procIPVS)
+	if err != nil {
+		return nil, err
+	}
+	return parseProcIPVS(b)
+}
+
+func (h *kernelIPVS) createReal(k vsKey, r realKey, w uint32) error {
+	return ipvsErr(h.c.CreateDestination(service(k), destination(r, w)))
+}
+
+func (h *kernelIPVS) updateReal(k vsKey, r realKey, w uint32) error {
+	return ipvsErr(h.c.UpdateDestination(service(k), destination(r, w)))
+}
+
+func (h *kernelIPVS) removeReal(k vsKey, r realKey) error {
+	return ipvsErr(h.c.RemoveDestination(service(k), destination(r, 0)))
+}
+
+func (h *kernelIPVS) setTimeouts(tcp, tcpFin, udp uint32) error {
+	return h.c.SetConfig(ipvs.Config{TCPTimeout: tcp, TCPFinTimeout: tcpFin, UDPTimeout: udp})
+}
+
+// kernelSets drives ipsets over netfilter netlink with github.com/vishvananda/netlink.
+type kernelSets struct{ h *netlink.Handle }
+
+// setErr classifies the kernel's answers. IPSET_ERR_EXIST means "already added" for an add and a create,
+// and "not added" for a delete; ENOENT means the set does not exist.
+func setErr(err error, missingIfExist bool) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nl.IPSetError(nl.IPSET_ERR_EXIST)) && missingIfExist, errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%w: %w", errNotExist, err)
+	case errors.Is(err, nl.IPSetError(nl.IPSET_ERR_EXIST)):
+		return fmt.Errorf("%w: %w", errExist, err)
+	}
+	return err
+}
+
+func (s *kernelSets) createSet(name, typ string, family v1.IPFamily) error {
+	o := netlink.IpsetCreateOptions{MaxElements: 65536}
+	switch {
+	case typ == typeBitmapPort:
+		o.PortFrom, o.PortTo = 0, 65535
+	case family == v1.IPv6Protocol:
+		o.Family = unix.AF_INET6
+	default:
+		o.Family = unix.AF_INET
+	}
+	if typ == typeBitmapPort {
+		o.MaxElements = 0
+	}
+	return setErr(s.h.IpsetCreate(name, typ, o), false)
+}
+
+func (s *kernelSets) destroySet(name string) error { return setErr(s.h.IpsetDestroy(name), true) }
+
+func (s *kernelSets) listSet(name string) ([]entry, error) {
+	res, err := s.h.IpsetList(name)
+	if err != nil {
+		return nil, setErr(err, false)
+	}
+	out := make([]entry, 0, len(res.Entries))
+	for _, ke := range res.Entries {
+		var e entry
+		if ke.IP != nil {
+			e.ip = addrOf(ke.IP)
+		}
+		if ke.Port != nil {
+			e.port = *ke.Port
+			if e.ip.IsValid() && ke.Protocol != nil {
+				e.proto = protocol(*ke.Protocol)
+			}
+		}
+		if ke.IP2 != nil {
+			a := addrOf(ke.IP2)
+			if res.TypeName == typeHashIPPortNet {
+				e.net = netip.PrefixFrom(a, int(ke.CIDR2))
+				if ke.CIDR2 == 0 {
+					e.net = netip.PrefixFrom(a, a.BitLen())
+				}
+			} else {
+				e.ip2 = a
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+// netlinkEntry converts an entry for a hash set type.
+func netlinkEntry(typ string, e entry) *netlink.IPSetEntry {
+	port, proto := e.port, uint8(e.proto)
+	ne := &netlink.IPSetEntry{Port: &port}
+	ne.IP = net.IP(e.ip.AsSlice())
+	if typ == typeHashIP {
+		ne.Port = nil
+		return ne
+	}
+	ne.Protocol = &proto
+	switch {
+	case e.ip2.IsValid():
+		ne.IP2 = net.IP(e.ip2.AsSlice())
+	case e.net.IsValid():
+		ne.IP2 = net.IP(e.net.Addr().AsSlice())
+		ne.CIDR2 = uint8(e.net.Bits())
+	}
+	return ne
+}
+
+func (s *kernelSets) addEntry(name, typ string, e entry) error {
+	if typ == typeBitmapPort {
+		return setErr(bitmapPort(nl.IPSET_CMD_ADD, name, e.port), false)
+	}
+	return setErr(s.h.IpsetAdd(name, netlinkEntry(typ, e)), false)
+}
+
+func (s *kernelSets) delEntry(name, typ string, e entry) error {
+	if typ == typeBitmapPort {
+		return setErr(bitmapPort(nl.IPSET_CMD_DEL, name, e.port), true)
+	}
+	return setErr(s.h.IpsetDel(name, netlinkEntry(typ, e)), true)
+}
+
+// bitmapPort adds (IPSET_CMD_ADD) or deletes (IPSET_CMD_DEL) a bitmap:port member. The library sends a
+// protocol attribute with every port, which bitmap:port refuses (IPSET_ERR_PROTOCOL), so this request is
+// built by hand: set name, and a data attribute holding the port alone.
+func bitmapPort(cmd int, set string, port uint16) error {
+	req := nl.NewNetlinkRequest(cmd|(unix.NFNL_SUBSYS_IPSET<<8), nl.GetIpsetFlags(cmd)|unix.NLM_F_EXCL)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: uint8(unix.AF_NETLINK), Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_PROTOCOL, nl.Uint8Attr(nl.IPSET_PROTOCOL)))
+	req.AddData(nl.NewRtAttr(nl.IPSET_ATTR_SETNAME, nl.ZeroTerminated(set)))
+	data := nl.NewRtAttr(nl.IPSET_ATTR_DATA|int(nl.NLA_F_NESTED), nil)
+	data.AddChild(nl.NewRtAttr(int(nl.IPSET_ATTR_PORT|nl.NLA_F_NET_BYTEORDER), nl.BEUint16Attr(port)))
+	data.AddChild(&nl.Uint32Attribute{Type: nl.IPSET_ATTR_LINENO | nl.NLA_F_NET_BYTEORDER, Value: 0})
+	req.AddData(data)
+	_, err := req.Execute(unix.NETLINK_NETFILTER, 0)
+	var errno unix.Errno
+	if errors.As(err, &errno) && int(errno) >= nl.IPSET_ERR_PRIVATE {
+		return nl.IPSetError(uintptr(errno))
+	}
+	return err
+}
+
+// kernelLinks drives links and addresses over rtnetlink.
+type kernelLinks struct {
+	h *netlink.Handle
+	// index caches link indexes by name: looking a link up costs a request per address otherwise.
+	index map[string]int
+}
+
+// link returns a link to address by index (cached; fresh when refresh is set).
+func (l *kernelLinks) link(name string, refresh bool) (netlink.Link, error) {
+	if i, ok := l.index[name]; ok && !refresh {
+		return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: i, Name: name}}, nil
+	}
+	lk, err := l.h.LinkByName(name)
+	if err != nil {
+		delete(l.index, name)
+		return nil, err
+	}
+	l.index[name] = lk.Attrs().Index
+	return lk, nil
+}
+
+// withLink runs f on the link, once more with a fresh lookup if it failed because the link was replaced.
+func (l *kernelLinks) withLink(name string, f func(netlink.Link) error) error {
+	lk, err := l.link(name, false)
+	if err != nil {
+		return err
+	}
+	err = f(lk)
+	if errors.Is(err, unix.ENODEV) {
+		if lk, err = l.link(name, true); err != nil {
+			return err
+		}
+		err = f(lk)
+	}
+	return err
+}
+
+func nlFamily(f v1.IPFamily) int {
+	if f == v1.IPv6Protocol {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
+
+func (l *kernelLinks) ensureDummy(name string) error {
+	if _, err := l.link(name, true); err == nil {
+		return nil
+	}
+	err := l.h.LinkAdd(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Name: name}})
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
+}
+
+func (l *kernelLinks) deleteLink(name string) error {
+	delete(l.index, name)
+	link, err := l.h.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return fmt.Errorf("%w: %w", errNotExist, err)
+		}
+		return err
+	}
+	return l.h.LinkDel(link)
+}
+
+func (l *kernelLinks) addrs(link string, family v1.IPFamily) ([]netip.Addr, error) {
+	lk, err := l.h.LinkByName(link)
+	if err != nil {
+		return nil, err
+	}
+	list, err := l.h.AddrList(lk, nlFamily(family))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(list))
+	for _, a := range list {
+		out = append(out, addrOf(a.IP))
+	}
+	return out, nil
+}
+
+func hostAddr(a netip.Addr) *netlink.Addr {
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
+	if a.Is6() {
+		// No duplicate address detection: the link is down, so the address would stay tentative.
+		na.Flags = unix.IFA_F_NODAD
+	}
+	return na
+}
+
+func (l *kernelLinks) addAddr(link string, a netip.Addr) error {
+	err := l.withLink(link, func(lk netlink.Link) error { return l.h.AddrAdd(lk, hostAddr(a)) })
+	if errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%w: %w", errExist, err)
+	}
+	return err
+}
+
+func (l *kernelLinks) delAddr(link string, a netip.Addr) error {
+	err := l.withLink(link, func(lk netlink.Link) error { return l.h.AddrDel(lk, hostAddr(a)) })
+	if errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("%w: %w", errNotExist, err)
+	}
+	return err
+}
+
+func (l *kernelLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Addr, error) {
+	skip := -1
+	if lk, err := l.link(except, true); err == nil {
+		skip = lk.Attrs().Index
+	}
+	list, err := l.h.AddrList(nil, nlFamily(family))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]netip.Addr, 0, len(list))
+	for _, a := range list {
+		if a.LinkIndex == skip || a.IPNet == nil {
+			continue
+		}
+		out = append(out, addrOf(a.IP))
+	}
+	return out, nil
+}
+
+// kernelRules writes iptables rules through rules/xtables.
+type kernelRules struct{ r *xtables.Runner }
+
+func (k *kernelRules) restore(ctx context.Context, payload []byte) error {
+	return k.r.Restore(ctx, payload)
+}
+
+func (k *kernelRules) ensureJump(j jumpRule) error {
+	_, err := k.r.EnsureRule(true, j.table, j.chain, j.spec()...)
+	return err
+}
+
+// procSysctl reads and writes /proc/sys (of the network namespace the process runs in).
+type procSysctl struct{}
+
+func (procSysctl) get(name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", name))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (procSysctl) set(name, value string) error {
+	return os.WriteFile(filepath.Join("/proc/sys", name), []byte(value+"\n"), 0o644)
+}
+
+// kernelVersion returns the running kernel's major and minor version.
+func kernelVersion() [2]int {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return [2]int{}
+	}
+	var v [2]int
+	_, _ = fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &v[0], &v[1])
+	return v
+}

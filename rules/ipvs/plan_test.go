@@ -1,0 +1,222 @@
+package ipvs
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/proxy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// planCase is one golden planner case: a snapshot, a configuration and the node's addresses.
+type planCase struct {
+	name  string
+	cfg   Config
+	addrs []string // the node's addresses (not on kube-ipvs0)
+	snap  *proxy.Snapshot
+}
+
+func planCases() []planCase {
+	n := node("192.168.0.10", "10.244.1.0/24")
+	cfg := testConfig(v4)
+	addrs := []string{"192.168.0.10", "10.244.1.1", "127.0.0.1"}
+	web := func(opts ...func(*proxy.ServicePort)) *proxy.ServicePort {
+		return svc("default/web", "http", v1.ProtocolTCP, "10.96.0.10", 80,
+			append([]func(*proxy.ServicePort){eps("10.244.1.5:8080,local", "10.244.2.6:8080")}, opts...)...)
+	}
+	with := func(c Config, f func(*Config)) Config { f(&c); return c }
+	return []planCase{
+		{name: "clusterip", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(),
+			svc("kube-system/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.7:53", "10.244.3.8:53")),
+			svc("kube-system/dns", "dns-tcp", v1.ProtocolTCP, "10.96.0.53", 53, eps("10.244.2.7:53", "10.244.3.8:53")))},
+		{name: "no-endpoints", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			svc("default/empty", "", v1.ProtocolTCP, "10.96.0.11", 80, nodePort(30011)))},
+		{name: "nodeport", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(nodePort(30080)),
+			svc("default/udp", "", v1.ProtocolUDP, "10.96.0.12", 5000, nodePort(30500), eps("10.244.2.6:5000")),
+			svc("default/sctp", "", v1.ProtocolSCTP, "10.96.0.13", 7000, nodePort(30700), eps("10.244.2.6:7000")))},
+		{name: "nodeport-addresses", cfg: with(cfg, func(c *Config) {
+			c.NodePortAddresses = proxy.ParseNodePortAddresses([]string{"192.168.0.0/16", "localhost"}, v4)
+		}), addrs: []string{"192.168.0.10", "192.168.1.10", "10.244.1.1", "127.0.0.1"}, snap: snapshot(v4, n, web(nodePort(30080)))},
+		{name: "nodeport-primary", cfg: with(cfg, func(c *Config) {
+			c.NodePortAddresses = proxy.ParseNodePortAddresses([]string{"primary"}, v4)
+		}), addrs: []string{"192.168.0.10", "192.168.1.10", "10.244.1.1"}, snap: snapshot(v4, n, web(nodePort(30080)))},
+		{name: "externalips", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			web(externalIPs("203.0.113.7", "192.168.0.10")),
+			svc("default/ext-local", "", v1.ProtocolTCP, "10.96.0.14", 443, externalIPs("203.0.113.8"), etpLocal(0),
+				eps("10.244.1.5:8443,local", "10.244.2.6:8443")))},
+		{name: "loadbalancer", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			web(nodePort(30080), lbIPs("198.51.100.20")),
+			svc("default/lb-fw", "", v1.ProtocolTCP, "10.96.0.15", 443, nodePort(30443), lbIPs("198.51.100.21"),
+				sourceRanges("203.0.113.0/24", "192.168.0.0/16"), eps("10.244.2.6:8443")),
+			svc("default/lb-fw-nonode", "", v1.ProtocolTCP, "10.96.0.16", 443, nodePort(30444), lbIPs("198.51.100.22"),
+				sourceRanges("203.0.113.0/24"), eps("10.244.2.6:8443")))},
+		{name: "etp-local", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			web(nodePort(30080), lbIPs("198.51.100.20"), etpLocal(32000)))},
+		{name: "etp-local-no-local-endpoints", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			svc("default/remote", "", v1.ProtocolTCP, "10.96.0.17", 80, nodePort(30081), lbIPs("198.51.100.23"),
+				externalIPs("203.0.113.9"), etpLocal(32001), eps("10.244.2.6:8080", "10.244.3.7:8080")))},
+		{name: "itp-local", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(itpLocal),
+			svc("default/itp-remote", "", v1.ProtocolTCP, "10.96.0.18", 80, itpLocal, eps("10.244.2.6:8080")))},
+		{name: "affinity", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(affinity(10800), nodePort(30080)))},
+		{name: "terminating", cfg: cfg, addrs: addrs, snap: snapshot(v4, n,
+			svc("default/rolling", "", v1.ProtocolTCP, "10.96.0.19", 80,
+				eps("10.244.1.5:8080,local,terminating,notready", "10.244.2.6:8080", "10.244.2.7:8080,notready")),
+			svc("default/all-terminating", "", v1.ProtocolTCP, "10.96.0.20", 80,
+				eps("10.244.1.5:8080,local,terminating,notready", "10.244.2.6:8080,terminating,notready",
+					"10.244.2.7:8080,terminating,notready,notserving")))},
+		{name: "scheduler-mh", cfg: with(cfg, func(c *Config) { c.Scheduler = "mh" }), addrs: addrs,
+			snap: snapshot(v4, n, web(affinity(60)))},
+		{name: "masquerade-all", cfg: with(cfg, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeBit = 10 }),
+			addrs: addrs, snap: snapshot(v4, n, web())},
+		{name: "detect-local-none", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.DetectLocalCIDR = "", netip.Prefix{} }),
+			addrs: addrs, snap: snapshot(v4, n, web())},
+		{name: "detect-local-nodecidr", cfg: with(cfg, func(c *Config) { c.DetectLocal = detectNodeCIDR }),
+			addrs: addrs, snap: snapshot(v4, n, web(nodePort(30080), etpLocal(0), lbIPs("198.51.100.20")),
+				svc("default/remote", "", v1.ProtocolTCP, "10.96.0.17", 80, nodePort(30081), etpLocal(0), eps("10.244.2.6:8080")))},
+		{name: "detect-local-bridge", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.Interface = detectBridge, "cbr0" }),
+			addrs: addrs, snap: snapshot(v4, n, web())},
+		{name: "detect-local-ifprefix", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.Interface = detectIfNamePrefix, "veth" }),
+			addrs: addrs, snap: snapshot(v4, n, web())},
+		{name: "conflict", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(externalIPs("203.0.113.7")),
+			svc("default/also", "", v1.ProtocolTCP, "10.96.0.21", 80, externalIPs("203.0.113.7"), eps("10.244.3.3:80")))},
+		{name: "ipv6", cfg: testConfig(v6), addrs: []string{"fd00::10", "fe80::1", "::1", "192.168.0.10"},
+			snap: snapshot(v6, node("fd00::10", "fd00:10:244:1::/64"),
+				svc("default/web", "http", v1.ProtocolTCP, "fd00:96::10", 80, nodePort(30080), lbIPs("2001:db8::20"),
+					sourceRanges("2001:db8:1::/48", "10.0.0.0/8"), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:2::6]:8080")),
+				svc("default/sctp", "", v1.ProtocolSCTP, "fd00:96::13", 7000, nodePort(30700), etpLocal(0), eps("[fd00:10:244:2::6]:7000")))},
+	}
+}
+
+// renderPlan plans a case with a fresh dataplane's planner and writes the plan and the iptables payload.
+func renderPlan(c planCase) string {
+	var addrs []netip.Addr
+	for _, a := range c.addrs {
+		addrs = append(addrs, netip.MustParseAddr(a))
+	}
+	d := &Dataplane{cfg: c.cfg}
+	d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
+	want := d.plan(c.snap)
+	rules := renderRules(&d.cfg, &ruleInputs{nonEmpty: want.nonEmpty(), noNodeAccess: want.sortedNoNodeAccess(), node: &c.snap.Node})
+	return planState(&d.cfg, want).String() + "# iptables-restore\n" + string(rules)
+}
+
+func TestPlanGolden(t *testing.T) {
+	for _, c := range planCases() {
+		t.Run(c.name, func(t *testing.T) {
+			got := renderPlan(c)
+			path := filepath.Join("testdata", c.name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("reading golden file (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("plan differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestPlanSemantics checks the decisions the golden files encode, so that -update cannot bless a wrong one.
+func TestPlanSemantics(t *testing.T) {
+	plans := map[string]*desired{}
+	cfgs := map[string]Config{}
+	for _, c := range planCases() {
+		var addrs []netip.Addr
+		for _, a := range c.addrs {
+			addrs = append(addrs, netip.MustParseAddr(a))
+		}
+		d := &Dataplane{cfg: c.cfg}
+		d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
+		plans[c.name], cfgs[c.name] = d.plan(c.snap), c.cfg
+	}
+	realsOf := func(plan, k string, proto protocol) string {
+		v := plans[plan].vs(key(proto, k))
+		if v == nil {
+			return "<no virtual server>"
+		}
+		var s []string
+		for _, r := range v.reals {
+			s = append(s, r.String())
+		}
+		return strings.Join(s, " ")
+	}
+	has := func(plan string, id setID, e string) bool {
+		for en := range plans[plan].sets[id] {
+			if en.String() == e {
+				return true
+			}
+		}
+		return false
+	}
+	tests := []struct {
+		name string
+		got  any
+		want any
+	}{
+		{"cluster IP uses Cluster endpoints", realsOf("clusterip", "10.96.0.10:80", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
+		{"UDP and TCP on one port are two virtual servers", realsOf("clusterip", "10.96.0.53:53", protoUDP), "10.244.2.7:53 10.244.3.8:53"},
+		{"no endpoints: virtual server without real servers", realsOf("no-endpoints", "10.96.0.11:80", protoTCP), ""},
+		{"node port on every node address but loopback", realsOf("nodeport", "10.244.1.1:30080", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
+		{"no node port on loopback", realsOf("nodeport", "127.0.0.1:30080", protoTCP), "<no virtual server>"},
+		{"localhost in nodePortAddresses serves nothing", realsOf("nodeport-addresses", "127.0.0.1:30080", protoTCP), "<no virtual server>"},
+		{"nodePortAddresses excludes other addresses", realsOf("nodeport-addresses", "10.244.1.1:30080", protoTCP), "<no virtual server>"},
+		{"nodePortAddresses primary", realsOf("nodeport-primary", "192.168.1.10:30080", protoTCP), "<no virtual server>"},
+		{"SCTP node ports are per address", has("nodeport", setNodePortSCTP, "192.168.0.10,sctp:30700"), true},
+		{"external IP on a node address is not bound", plans["externalips"].binds[netip.MustParseAddr("192.168.0.10")], 0},
+		{"external IP bound", plans["externalips"].binds[netip.MustParseAddr("203.0.113.7")], 1},
+		{"etp Local uses local endpoints", realsOf("etp-local", "198.51.100.20:80", protoTCP), "10.244.1.5:8080"},
+		{"etp Local keeps Cluster endpoints for cluster IP", realsOf("etp-local", "10.96.0.10:80", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
+		{"etp Local node port uses local endpoints", realsOf("etp-local", "192.168.0.10:30080", protoTCP), "10.244.1.5:8080"},
+		{"etp Local without local endpoints keeps Cluster endpoints", realsOf("etp-local-no-local-endpoints", "198.51.100.23:80", protoTCP), "10.244.2.6:8080 10.244.3.7:8080"},
+		{"etp Local without local endpoints drops from outside", has("etp-local-no-local-endpoints", setExternalNoLocal, "192.168.0.10,tcp:30081"), true},
+		{"itp Local uses local endpoints", realsOf("itp-local", "10.96.0.10:80", protoTCP), "10.244.1.5:8080"},
+		{"itp Local without local endpoints: none", realsOf("itp-local", "10.96.0.18:80", protoTCP), ""},
+		{"itp Local without local endpoints drops", has("itp-local", setInternalNoLocal, "10.96.0.18,tcp:80"), true},
+		{"terminating endpoint not used while others are ready", realsOf("terminating", "10.96.0.19:80", protoTCP), "10.244.2.6:8080"},
+		{"serving terminating endpoints used when none is ready", realsOf("terminating", "10.96.0.20:80", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
+		{"affinity is persistence", plans["affinity"].vs(key(protoTCP, "10.96.0.10:80")).timeout, uint32(10800)},
+		{"mh gets mh-port", plans["scheduler-mh"].vs(key(protoTCP, "10.96.0.10:80")).flags, uint32(flagPersistent | flagSched2)},
+		{"conflict: first by name wins", realsOf("conflict", "203.0.113.7:80", protoTCP), "10.244.3.3:80"},
+		{"hairpin entry for local endpoints", has("clusterip", setLoopBack, "10.244.1.5,tcp:8080,10.244.1.5"), true},
+		{"source range containing the node", has("loadbalancer", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
+		{"source range without the node", plans["loadbalancer"].noNodeAccess[entry{ip: netip.MustParseAddr("198.51.100.22"), proto: protoTCP, port: 443}], 1},
+		{"IPv6 ignores IPv4 source ranges", len(plans["ipv6"].sets[setLoadBalancerSourceCIDR]), 1},
+		{"IPv6 node ports skip link-local", realsOf("ipv6", "[fe80::1]:30080", protoTCP), "<no virtual server>"},
+		{"IPv6 node port", realsOf("ipv6", "[fd00::10]:30080", protoTCP), "[fd00:10:244:1::5]:8080 [fd00:10:244:2::6]:8080"},
+	}
+	for _, tt := range tests {
+		if diff := cmp.Diff(tt.want, tt.got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
+		}
+	}
+}
+
+func TestSetNames(t *testing.T) {
+	for id := setID(0); id < numSets; id++ {
+		for _, f := range []v1.IPFamily{v4, v6} {
+			if n := setName(id, f); len(n) > maxSetName {
+				t.Errorf("set name %q is longer than %d", n, maxSetName)
+			}
+		}
+	}
+	if got, want := setName(setLoadBalancerSourceCIDR, v6), "KUBE-6-LOAD-BALANCER-SOURCE-CID"; got != want {
+		t.Errorf("IPv6 name = %q, want upstream's truncation %q", got, want)
+	}
+	if got, want := setName(setClusterIP, v6), "KUBE-6-CLUSTER-IP"; got != want {
+		t.Errorf("IPv6 name = %q, want %q", got, want)
+	}
+}
