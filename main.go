@@ -64,6 +64,8 @@ func main() {
 	}
 	if cfg.Logging.Format == "json" {
 		systemd.UseJSONLogs()
+	} else {
+		systemd.UseJournalPriorities(klogFlags)
 	}
 	defer klog.Flush()
 	if opts.WriteConfigTo != "" {
