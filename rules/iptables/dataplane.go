@@ -52,9 +52,14 @@ type Dataplane struct {
 	renderer *Renderer
 	needFull bool
 
-	last    *proxy.Snapshot // last applied successfully
-	saveBuf bytes.Buffer
+	last     *proxy.Snapshot // last applied successfully
+	lastFull time.Time       // when the last full sync started
+	saveBuf  bytes.Buffer
 }
+
+// fullSyncEvery is how often a large ruleset is rewritten in full (upstream's FullSyncPeriod); smaller ones
+// are rewritten at every periodic sync.
+const fullSyncEvery = time.Hour
 
 var (
 	_ proxy.Dataplane    = (*Dataplane)(nil)
@@ -99,13 +104,20 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	// After a successful sync, a full one (the periodic one, say) may get to rules removed behind our back
 	// before the watcher does: it must notice and count them just the same.
 	synced := d.last != nil && !d.needFull
-	full = full || d.needFull || d.last == nil
 	renderer, cfg, last := d.renderer, d.cfg, d.last
 	d.needFull = true // until this sync succeeds
 	d.mu.Unlock()
-	if full && synced {
-		d.noteRemoved(cfg)
+	check := full && synced
+	if check && renderer.Large() && time.Since(d.lastFull) < fullSyncEvery {
+		// At scale a full rewrite costs the kernel tens of seconds. Like upstream, the periodic sync then
+		// checks that our rules are still there and writes what changed; a real full sync runs hourly, or
+		// at once when something was removed.
+		full = false
 	}
+	if check && d.noteRemoved(cfg) {
+		full = true
+	}
+	full = full || !synced
 	d.checkMu.Unlock()
 
 	var existing map[string][]string
@@ -129,7 +141,9 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		klog.V(9).InfoS("iptables-restore payload", "ipFamily", d.family, "payload", string(res.Payload))
 	}
 	start := time.Now()
-	if err := d.kernel.Restore(ctx, res.Payload); err != nil {
+	if len(res.Payload) == 0 {
+		klog.V(4).InfoS("Nothing to write", "ipFamily", d.family)
+	} else if err := d.kernel.Restore(ctx, res.Payload); err != nil {
 		d.metrics.restoreFailures.Inc()
 		if !full {
 			d.metrics.partialRestoreFailures.Inc()
@@ -137,6 +151,9 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		return fmt.Errorf("writing %s rules (%d bytes): %w", d.family, len(res.Payload), err)
 	}
 	klog.V(4).InfoS("iptables-restore done", "ipFamily", d.family, "full", res.Full, "bytes", len(res.Payload), "elapsed", time.Since(start))
+	if full {
+		d.lastFull = start
+	}
 	d.mu.Lock()
 	d.last = snap
 	if d.renderer == renderer { // not reconfigured meanwhile

@@ -480,3 +480,55 @@ func diffLines(want, got string) string {
 	}
 	return b.String()
 }
+
+// TestDataplaneLargePeriodicSync: at scale the periodic full sync checks and writes what changed instead of
+// rewriting everything, unless rules were removed; small rulesets are rewritten every time.
+func TestDataplaneLargePeriodicSync(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	dp, _ := newTestDataplane(t, k, v4Config())
+	big := bigSnapshot(1100, 2)
+	if err := dp.Apply(ctx, big, true); err != nil {
+		t.Fatal(err)
+	}
+	n := len(k.payloads)
+	if err := dp.Apply(ctx, big, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.payloads) != n {
+		t.Fatalf("a periodic sync of an unchanged large ruleset wrote %d bytes", len(k.payloads[n]))
+	}
+	next := withChangedService(big, 7)
+	if err := dp.Apply(ctx, next, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := k.payloads[len(k.payloads)-1]; strings.Count(p, "\n:") > 10 {
+		t.Fatalf("a periodic sync with one change rewrote %d chains", strings.Count(p, "\n:"))
+	}
+	// Rules removed behind our back: the periodic sync notices and rewrites everything.
+	if _, err := k.ts.Run("-t", "nat", "-F", "PREROUTING"); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Apply(ctx, next, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := k.payloads[len(k.payloads)-1]; strings.Count(p, "\n:") < 2000 {
+		t.Fatalf("after a flush the periodic sync declared only %d chains", strings.Count(p, "\n:"))
+	}
+	if got, want := k.ts.SaveAll(), fullRenderState(t, v4Config(), next); got != want {
+		t.Fatalf("after the repair:\n%.2000s", diffLines(want, got))
+	}
+
+	// A small ruleset is rewritten at every periodic sync.
+	k2 := newFakeKernel()
+	dp2, _ := newTestDataplane(t, k2, v4Config())
+	small := bigSnapshot(10, 2)
+	for range 2 {
+		if err := dp2.Apply(ctx, small, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(k2.payloads) != 2 || !strings.Contains(k2.payloads[1], ":KUBE-SERVICES") {
+		t.Fatalf("small periodic sync did not rewrite: %d payloads", len(k2.payloads))
+	}
+}

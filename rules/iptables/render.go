@@ -54,12 +54,19 @@ type Renderer struct {
 	probs []string
 
 	scratch lineBuf
-	// Rules of the shared chains, assembled into out.
-	natServices, natNodePorts                                       lineBuf
-	filterServices, filterExternal, filterFirewall, filterNodePorts lineBuf
-	natDecl, stale, ownScratch, removed, added, ownedSpare          []string
-	dirty, write                                                    map[proxy.ServicePortName]bool
-	out                                                             []byte
+	// shared holds the shared chains and what was last written into each; dispatch says whether nat
+	// KUBE-SERVICES dispatches to buckets, bucketsLast which buckets the last render had, bucketsNow this
+	// render's (sorted) and bucketRules their rule count.
+	shared                                                 sharedChains
+	dispatch                                               bool
+	bucketsLast                                            map[int]bool
+	bucketsNow                                             []string
+	bucketRules                                            int
+	natOut, filterOut                                      []*chainOut
+	natDecl, stale, ownScratch, removed, added, ownedSpare []string
+	dirty, write                                           map[proxy.ServicePortName]bool
+	touched                                                map[int]bool
+	out                                                    []byte
 }
 
 // NewRenderer returns a renderer for one configuration and IP family.
@@ -71,13 +78,20 @@ func NewRenderer(cfg Config) *Renderer {
 		cfg.Family = v1.IPv4Protocol
 	}
 	return &Renderer{
-		cfg:    cfg,
-		mark:   fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit)),
-		states: map[proxy.ServicePortName]*svcState{},
-		dirty:  map[proxy.ServicePortName]bool{},
-		write:  map[proxy.ServicePortName]bool{},
+		shared:      newSharedChains(),
+		bucketsLast: map[int]bool{},
+		touched:     map[int]bool{},
+		cfg:         cfg,
+		mark:        fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit)),
+		states:      map[proxy.ServicePortName]*svcState{},
+		dirty:       map[proxy.ServicePortName]bool{},
+		write:       map[proxy.ServicePortName]bool{},
 	}
 }
+
+// Large reports whether the last render was of a large ruleset: more than 1000 endpoints (upstream's
+// large-cluster mode) or a dispatching KUBE-SERVICES.
+func (r *Renderer) Large() bool { return r.total > largeClusterEndpoints || r.dispatch }
 
 // probability returns 1/n formatted as upstream does ("%0.10f").
 func (r *Renderer) probability(n int) string {
@@ -189,6 +203,7 @@ func (r *Renderer) Render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	if err != nil {
 		// The caches may be half updated: start over next time.
 		r.last = nil
+		r.shared.reset()
 		return nil, fmt.Errorf("rendering iptables rules: %w", err)
 	}
 	return res, nil
@@ -210,6 +225,20 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		r.sync(snap, false, snap.Changes(r.last))
 	}
 	r.last = snap
+	switch n := len(r.order); {
+	case !r.dispatch && n >= dispatchOn:
+		r.dispatch = true
+	case r.dispatch && n < dispatchOff:
+		r.dispatch = false
+	}
+	clear(r.touched)
+	for _, name := range changes {
+		for _, sn := range []*proxy.Snapshot{prev, snap} {
+			if sp := sn.Services[name]; sp != nil {
+				r.touched[bucketOf(sp.ClusterIP)] = true
+			}
+		}
+	}
 
 	g := r.globals(snap, r.total)
 	rewriteAll := full
@@ -225,7 +254,7 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	}
 
 	// Pass 1: refresh the state of changed ports, collect the chains to declare.
-	r.natDecl = append(r.natDecl[:0], sharedNATChains...)
+	r.natDecl = r.natDecl[:0]
 	ownRules, endpointsWritten := 0, 0
 	for _, st := range r.order {
 		write := rewriteAll || r.write[st.key]
@@ -265,16 +294,24 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		r.owned, r.ownedSpare = mergeSorted(r.ownedSpare, r.owned, r.removed, r.added), r.owned
 	}
 
-	// Stale per-Service chains.
+	// Pass 2: the shared chains, of which a partial render writes only those that changed.
 	r.stale = r.stale[:0]
+	natShared := r.buildNAT(snap, full, r.touched)
+	filterChains := r.buildFilter(snap, full)
+
+	// Stale per-Service chains.
 	if full {
 		for _, c := range existing["nat"] {
 			if !isServiceChain(c) {
 				continue
 			}
-			if _, found := slices.BinarySearch(r.owned, c); !found {
-				r.stale = append(r.stale, c)
+			if _, found := slices.BinarySearch(r.owned, c); found {
+				continue
 			}
+			if _, found := slices.BinarySearch(r.bucketsNow, c); found {
+				continue
+			}
+			r.stale = append(r.stale, c)
 		}
 	} else {
 		for _, name := range changes {
@@ -297,32 +334,24 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 				}
 			}
 		}
-		slices.Sort(r.stale)
-		r.stale = slices.Compact(r.stale)
 	}
-	if full {
-		r.natDecl = mergeSorted(r.natDecl, r.owned, nil, r.stale)
-	} else {
-		r.natDecl = append(r.natDecl, r.stale...)
-		slices.Sort(r.natDecl)
-	}
+	slices.Sort(r.stale)
+	r.stale = slices.Compact(r.stale)
+	r.natDecl = declared(r.natDecl, natShared)
+	r.natDecl = append(r.natDecl, r.stale...)
+	slices.Sort(r.natDecl)
+	r.natDecl = slices.Compact(r.natDecl)
 
-	// Pass 2: the payload.
-	bufs := [numFrags]*lineBuf{&r.natServices, &r.natNodePorts, &r.filterServices, &r.filterExternal,
-		&r.filterFirewall, &r.filterNodePorts}
-	for _, b := range bufs {
-		b.reset()
-	}
-	for _, st := range r.order {
-		for i, b := range bufs {
-			if st.lines[i] > 0 {
-				b.b = append(b.b, st.shared[st.off[i]:st.off[i+1]]...)
-				b.lines += st.lines[i]
-			}
+	// Pass 3: the payload.
+	estimate := 40*len(r.natDecl) + 400*endpointsWritten + 1024
+	for _, c := range natShared {
+		if c.write {
+			estimate += len(c.w.b)
 		}
 	}
-	estimate := len(r.natServices.b) + len(r.natNodePorts.b) + len(r.filterServices.b) + len(r.filterExternal.b) +
-		len(r.filterFirewall.b) + len(r.filterNodePorts.b) + 40*len(r.natDecl) + 400*endpointsWritten + 1024
+	for _, c := range filterChains {
+		estimate += len(c.w.b)
+	}
 	r.out = slices.Grow(r.out[:0], estimate)
 
 	res := &Result{
@@ -332,17 +361,48 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		Deleted:    map[string][]string{"filter": nil, "nat": r.stale},
 		Full:       rewriteAll,
 	}
-	filterRules, filterChains := r.writeFilter(snap)
-	res.Rules["filter"], res.RulesTotal["filter"] = filterRules, filterRules
-	res.Chains["filter"] = filterChains
-
-	r.out = append(r.out, "*nat\n"...)
-	for _, c := range r.natDecl {
-		r.out = appendChainLine(r.out, c)
+	var filterNames []string
+	filterWritten, filterTotal := 0, 0
+	for _, c := range filterChains {
+		filterNames = append(filterNames, c.name)
+		filterTotal += c.w.lines
+		if c.write {
+			filterWritten += c.w.lines
+		}
 	}
-	natShared := r.writeNATShared(snap)
+	slices.Sort(filterNames)
+	if decl := declared(nil, filterChains); len(decl) > 0 {
+		r.out = append(r.out, "*filter\n"...)
+		for _, c := range decl {
+			r.out = appendChainLine(r.out, c)
+		}
+		for _, c := range filterChains {
+			if c.write {
+				r.out = append(r.out, c.w.b...)
+			}
+		}
+		r.out = append(r.out, "COMMIT\n"...)
+	}
+	res.Rules["filter"], res.RulesTotal["filter"] = filterWritten, filterTotal
+	res.Chains["filter"] = filterNames
+
 	w := &r.scratch
 	w.b, w.lines = r.out, 0
+	natStart := len(w.b)
+	w.b = append(w.b, "*nat\n"...)
+	for _, c := range r.natDecl {
+		w.b = appendChainLine(w.b, c)
+	}
+	sharedTotal, sharedWritten := r.bucketRules, 0
+	for _, c := range natShared {
+		if !isBucketChain(c.name) {
+			sharedTotal += c.w.lines
+		}
+		if c.write {
+			w.b = append(w.b, c.w.b...)
+			sharedWritten += c.w.lines
+		}
+	}
 	for _, st := range r.order {
 		if rewriteAll || r.write[st.key] {
 			st.ownRules = r.renderOwn(w, st, st.sp, &st.plan, &g)
@@ -354,10 +414,17 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		w.b = append(w.b, c...)
 		w.b = append(w.b, '\n')
 	}
-	w.b = append(w.b, "COMMIT\n"...)
-	res.Rules["nat"] = natShared + w.lines
-	res.RulesTotal["nat"] = natShared + ownRules
+	if len(r.natDecl) == 0 && w.lines == 0 && sharedWritten == 0 {
+		w.b = w.b[:natStart] // nothing changed in nat
+	} else {
+		w.b = append(w.b, "COMMIT\n"...)
+	}
+	res.Rules["nat"] = sharedWritten + w.lines
+	res.RulesTotal["nat"] = sharedTotal + ownRules
 	res.Chains["nat"] = r.owned
+	if len(r.bucketsNow) > 0 {
+		res.Chains["nat"] = mergeSorted(nil, r.owned, nil, slices.Clone(r.bucketsNow))
+	}
 	r.out = w.b
 	w.b = nil
 	res.Payload = r.out
@@ -388,72 +455,6 @@ func mergeSorted(dst, a, remove, add []string) []string {
 		}
 	}
 	return out
-}
-
-// writeFilter starts r.out with the filter table and returns its rule count and chains.
-func (r *Renderer) writeFilter(snap *proxy.Snapshot) (int, []string) {
-	localhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
-	chains := []string{chainExternalServices, chainForward, chainNodePorts, chainProxyFirewall, chainServices}
-	if localhost {
-		chains = append(chains, chainKubeletFirewall)
-	}
-	slices.Sort(chains)
-
-	b := append(r.out, "*filter\n"...)
-	for _, c := range chains {
-		b = appendChainLine(b, c)
-	}
-	w := &r.scratch
-	w.b, w.lines = b, 0
-	if localhost {
-		// route_localnet opens 127.0.0.0/8 to the network (https://issue.k8s.io/90259): drop what arrives
-		// for loopback from elsewhere. Kubelet writes the same rule.
-		w.rule(chainKubeletFirewall).comment("block incoming localnet connections").
-			t("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
-				"RELATED,ESTABLISHED,DNAT", "-j", "DROP").end()
-	}
-	n := w.lines
-	for _, part := range []*lineBuf{&r.filterServices, &r.filterExternal, &r.filterFirewall, &r.filterNodePorts} {
-		w.b = append(w.b, part.b...)
-		n += part.lines
-	}
-	w.lines = 0
-	if !r.cfg.TCPBeLiberal {
-		// Out-of-window packets would reset connections (https://issue.k8s.io/74839). Upstream adds an
-		// nfacct counter here for metrics; it is left out.
-		w.rule(chainForward).t("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP").end()
-	}
-	w.rule(chainForward).comment("kubernetes forwarding rules").
-		t("-m", "mark", "--mark", r.mark+"/"+r.mark, "-j", "ACCEPT").end()
-	w.rule(chainForward).comment("kubernetes forwarding conntrack rule").
-		t("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").end()
-	n += w.lines
-	w.b = append(w.b, "COMMIT\n"...)
-	r.out = w.b
-	w.b = nil
-	return n, chains
-}
-
-// writeNATShared appends the shared nat chains' rules to r.out and returns their number.
-func (r *Renderer) writeNATShared(snap *proxy.Snapshot) int {
-	w := &r.scratch
-	w.b, w.lines = r.out, 0
-	w.rule(chainPostrouting).t("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").end()
-	// Clear the mark so that a packet traversing the stack again is not masqueraded twice.
-	w.rule(chainPostrouting).t("-j", "MARK", "--xor-mark", r.mark).end()
-	w.rule(chainPostrouting).comment("kubernetes service traffic requiring SNAT").
-		t("-j", "MASQUERADE", "--random-fully").end()
-	w.rule(chainMarkMasq).t("-j", "MARK", "--or-mark", r.mark).end()
-
-	w.b = append(w.b, r.natServices.b...)
-	w.lines += r.natServices.lines
-	r.writeNodePortJumps(w, snap)
-	w.b = append(w.b, r.natNodePorts.b...)
-	w.lines += r.natNodePorts.lines
-	r.out = w.b
-	n := w.lines
-	w.b = nil
-	return n
 }
 
 const nodePortsComment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain"

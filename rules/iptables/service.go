@@ -10,7 +10,8 @@ import (
 
 // Fragments of the shared chains one Service port contributes, in svcState.shared.
 const (
-	fragNATServices = iota
+	fragNATClusterIP = iota // nat KUBE-SERVICES: the cluster IP rule (into a bucket when dispatching)
+	fragNATServices         // nat KUBE-SERVICES: external and load balancer IP rules
 	fragNATNodePorts
 	fragFilterServices
 	fragFilterExternal
@@ -46,6 +47,9 @@ type svcState struct {
 	// ownRules counts the rules last written into chains.
 	ownRules int
 }
+
+// frag returns fragment i of the port's shared rules.
+func (st *svcState) frag(i int) []byte { return st.shared[st.off[i]:st.off[i+1]] }
 
 func newSvcState(spn proxy.ServicePortName) *svcState {
 	name := spn.String()
@@ -227,6 +231,7 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 		w.rule(chainServices).comment(st.name, " cluster IP").proto(st.proto).
 			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalChain).end()
 	}
+	mark(fragNATClusterIP)
 	if p.hasEndpoints {
 		for _, ip := range sp.ExternalIPs {
 			w.rule(chainServices).comment(st.name, " external IP").proto(st.proto).

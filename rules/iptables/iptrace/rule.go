@@ -10,7 +10,7 @@ import (
 
 // Rule is one parsed iptables rule: header matches, match modules in order, and a target.
 type Rule struct {
-	Src, Dst       netip.Prefix // not valid: any address
+	Src, Dst       AddrMask // not valid: any address
 	NotSrc, NotDst bool
 	In, Out        string // interface names; a trailing "+" matches any suffix
 	NotIn, NotOut  bool
@@ -90,25 +90,91 @@ func tokenize(line string) ([]string, error) {
 	return out, nil
 }
 
-func parsePrefix(s string, ipv6 bool) (netip.Prefix, error) {
-	var p netip.Prefix
-	var err error
-	if strings.Contains(s, "/") {
-		p, err = netip.ParsePrefix(s)
-	} else {
-		var a netip.Addr
-		a, err = netip.ParseAddr(s)
-		if err == nil {
-			p = netip.PrefixFrom(a, a.BitLen())
+// AddrMask is an address match, "-d ADDR/MASK": an address under a mask, which is a prefix length or, as
+// iptables also accepts, any mask written as an address ("-d 0.0.0.5/0.0.0.255").
+type AddrMask struct {
+	Addr, Mask netip.Addr
+}
+
+// IsValid reports whether the match is set.
+func (m AddrMask) IsValid() bool { return m.Addr.IsValid() }
+
+// Contains reports whether a, under the mask, equals the address.
+func (m AddrMask) Contains(a netip.Addr) bool {
+	if a.Is4() != m.Addr.Is4() {
+		return false
+	}
+	x, k, y := a.AsSlice(), m.Mask.AsSlice(), m.Addr.AsSlice()
+	for i := range x {
+		if x[i]&k[i] != y[i] {
+			return false
 		}
 	}
+	return true
+}
+
+// bits returns the prefix length of a contiguous mask, or -1.
+func (m AddrMask) bits() int {
+	n, done := 0, false
+	for _, b := range m.Mask.AsSlice() {
+		for i := 7; i >= 0; i-- {
+			set := b&(1<<i) != 0
+			switch {
+			case set && done:
+				return -1
+			case set:
+				n++
+			default:
+				done = true
+			}
+		}
+	}
+	return n
+}
+
+// String prints the match as iptables-save does: ADDR/LEN for a prefix, ADDR/MASK otherwise.
+func (m AddrMask) String() string {
+	if n := m.bits(); n >= 0 {
+		return netip.PrefixFrom(m.Addr, n).String()
+	}
+	return m.Addr.String() + "/" + m.Mask.String()
+}
+
+func parsePrefix(s string, ipv6 bool) (AddrMask, error) {
+	fail := func() (AddrMask, error) { return AddrMask{}, fmt.Errorf("host/network %q not found", s) }
+	addr, mask, hasMask := strings.Cut(s, "/")
+	a, err := netip.ParseAddr(addr)
 	if err != nil {
-		return p, fmt.Errorf("host/network %q not found", s)
+		return fail()
 	}
-	if p.Addr().Is6() != ipv6 {
-		return p, fmt.Errorf("host/network %q is not of this family", s)
+	if a.Is6() != ipv6 {
+		return AddrMask{}, fmt.Errorf("host/network %q is not of this family", s)
 	}
-	return p.Masked(), nil
+	bits := a.BitLen()
+	var m netip.Addr
+	if hasMask {
+		if n, err := strconv.Atoi(mask); err == nil {
+			if n < 0 || n > a.BitLen() {
+				return fail()
+			}
+			bits = n
+		} else if m, err = netip.ParseAddr(mask); err != nil || m.Is6() != ipv6 {
+			return fail()
+		}
+	}
+	if !m.IsValid() {
+		b := make([]byte, a.BitLen()/8)
+		for i := range bits {
+			b[i/8] |= 1 << (7 - i%8)
+		}
+		m, _ = netip.AddrFromSlice(b)
+	}
+	x, k := a.AsSlice(), m.AsSlice()
+	for i := range x {
+		x[i] &= k[i]
+	}
+	a, _ = netip.AddrFromSlice(x)
+	return AddrMask{Addr: a, Mask: m}, nil
 }
 
 func parseMark(s string) (value, mask uint32, hasMask bool, err error) {
@@ -534,7 +600,7 @@ func (r *Rule) String() string {
 			b.WriteString(val)
 		}
 	}
-	prefix := func(p netip.Prefix) string {
+	prefix := func(p AddrMask) string {
 		return p.String()
 	}
 	if r.Src.IsValid() {
