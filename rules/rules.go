@@ -76,6 +76,10 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 			}
 		}
 		metrics.SetBackend(string(backend), family)
+		if backend == xtables.BackendNFT {
+			// iptables-nft-restore's time grows faster than its input: big syncs go in chunks.
+			icfg.ChunkLines = 2500
+		}
 		dp := iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics)
 		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
 	}

@@ -38,13 +38,12 @@ func Cleanup(ctx context.Context, k cleanupKernel) error {
 			errs = append(errs, fmt.Errorf("deleting jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
 		}
 	}
-	var buf bytes.Buffer
 	for _, table := range []string{"nat", "filter", "mangle"} {
-		if err := k.Save(ctx, table, &buf); err != nil {
+		existing, err := k.ListChains(ctx, table)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		existing := xtables.Chains(buf.Bytes())
 		var doomed []string
 		for _, c := range existing {
 			if slices.Contains(cleanupChains[table], c) || (table == "nat" && isServiceChain(c)) {

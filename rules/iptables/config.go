@@ -40,6 +40,11 @@ type Config struct {
 	LocalhostNodePorts bool
 	// TCPBeLiberal is set when nf_conntrack_tcp_be_liberal is on: no DROP rule for ctstate INVALID.
 	TCPBeLiberal bool
+	// ChunkLines, when positive, splits a render whose own-chain rules exceed twice this many into
+	// transactions of about this many rules (Result.Chunks). The writer sets it for iptables-nft, whose
+	// restore time grows faster than the payload; iptables-legacy rewrites whole tables per call and is
+	// best given one.
+	ChunkLines int
 }
 
 // LocalDetector says how "traffic from a local pod" is matched.

@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -15,14 +14,13 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
-	"kube-proxy/rules/xtables"
 )
 
 // kernel is what the dataplane needs from the iptables tools; xtables.Runner implements it, and tests use
 // a fake built on iptrace.Tables.
 type kernel interface {
 	Restore(ctx context.Context, payload []byte) error
-	Save(ctx context.Context, table string, buf *bytes.Buffer) error
+	ListChains(ctx context.Context, table string) ([]string, error)
 	EnsureChain(table, chain string) error
 	EnsureRule(prepend bool, table, chain string, rule ...string) (bool, error)
 	ChainExists(table, chain string) (bool, error)
@@ -54,7 +52,8 @@ type Dataplane struct {
 
 	last     *proxy.Snapshot // last applied successfully
 	lastFull time.Time       // when the last full sync started
-	saveBuf  bytes.Buffer
+	// chunkLines is Config.ChunkLines as the writer chose it for its backend; reloads keep it.
+	chunkLines int
 }
 
 // fullSyncEvery is how often a large ruleset is rewritten in full (upstream's FullSyncPeriod); smaller ones
@@ -69,7 +68,7 @@ var (
 // NewDataplane returns the dataplane of cfg.Family writing through k (an *xtables.Runner in production).
 func NewDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	return &Dataplane{family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
-		cfg: cfg, renderer: NewRenderer(cfg), needFull: true}
+		cfg: cfg, renderer: NewRenderer(cfg), needFull: true, chunkLines: cfg.ChunkLines}
 }
 
 // Config returns the renderer configuration in force.
@@ -86,6 +85,7 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	if err != nil {
 		return err
 	}
+	cfg.ChunkLines = d.chunkLines
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if reflect.DeepEqual(cfg, d.cfg) {
@@ -141,9 +141,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		klog.V(9).InfoS("iptables-restore payload", "ipFamily", d.family, "payload", string(res.Payload))
 	}
 	start := time.Now()
-	if len(res.Payload) == 0 {
-		klog.V(4).InfoS("Nothing to write", "ipFamily", d.family)
-	} else if err := d.kernel.Restore(ctx, res.Payload); err != nil {
+	if err := d.write(ctx, res); err != nil {
 		d.metrics.restoreFailures.Inc()
 		if !full {
 			d.metrics.partialRestoreFailures.Inc()
@@ -174,6 +172,24 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	return nil
 }
 
+// write restores a render: its chunks one after the other, or the payload at once; nothing when there is
+// nothing to write.
+func (d *Dataplane) write(ctx context.Context, res *Result) error {
+	if len(res.Chunks) == 0 {
+		if len(res.Payload) == 0 {
+			klog.V(4).InfoS("Nothing to write", "ipFamily", d.family)
+			return nil
+		}
+		return d.kernel.Restore(ctx, res.Payload)
+	}
+	for i, c := range res.Chunks {
+		if err := d.kernel.Restore(ctx, c); err != nil {
+			return fmt.Errorf("transaction %d of %d: %w", i+1, len(res.Chunks), err)
+		}
+	}
+	return nil
+}
+
 // ensureBase creates our chains that built-in chains jump to, the jump rules themselves, and the canary
 // chains, as upstream does on every full sync.
 func (d *Dataplane) ensureBase(cfg Config) error {
@@ -197,10 +213,11 @@ func (d *Dataplane) ensureBase(cfg Config) error {
 func (d *Dataplane) existingChains(ctx context.Context) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, table := range []string{"nat", "filter"} {
-		if err := d.kernel.Save(ctx, table, &d.saveBuf); err != nil {
+		chains, err := d.kernel.ListChains(ctx, table)
+		if err != nil {
 			return nil, fmt.Errorf("listing %s chains: %w", d.family, err)
 		}
-		out[table] = xtables.Chains(d.saveBuf.Bytes())
+		out[table] = chains
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/netip"
@@ -41,10 +40,8 @@ func (f *fakeKernel) Restore(_ context.Context, payload []byte) error {
 	return f.ts.Restore(payload, iptrace.RestoreOptions{NoFlush: true})
 }
 
-func (f *fakeKernel) Save(_ context.Context, table string, buf *bytes.Buffer) error {
-	buf.Reset()
-	buf.WriteString(f.ts.Save(table))
-	return nil
+func (f *fakeKernel) ListChains(_ context.Context, table string) ([]string, error) {
+	return f.ts.Chains(table), nil
 }
 
 func (f *fakeKernel) EnsureChain(table, chain string) error {
@@ -530,5 +527,43 @@ func TestDataplaneLargePeriodicSync(t *testing.T) {
 	}
 	if len(k2.payloads) != 2 || !strings.Contains(k2.payloads[1], ":KUBE-SERVICES") {
 		t.Fatalf("small periodic sync did not rewrite: %d payloads", len(k2.payloads))
+	}
+}
+
+// TestDataplaneChunkedWrite: with ChunkLines set (iptables-nft), a big sync goes in several restores that
+// end in the same state as one.
+func TestDataplaneChunkedWrite(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	cfg := v4Config()
+	cfg.ChunkLines = 500
+	dp, _ := newTestDataplane(t, k, cfg)
+	snap := bigSnapshot(400, 3)
+	if err := dp.Apply(ctx, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.payloads) < 5 {
+		t.Fatalf("%d restores for 400 Services in chunks of 500 rules", len(k.payloads))
+	}
+	plain := v4Config()
+	if got, want := k.ts.SaveAll(), fullRenderState(t, plain, snap); got != want {
+		t.Fatalf("chunked sync differs from a single one:\n%.2000s", diffLines(want, got))
+	}
+	// A failing transaction part way: the error surfaces and the next sync is full again.
+	k.failRestore = errors.New("boom")
+	if err := dp.Apply(ctx, withChangedService(snap, 3), false); err == nil {
+		t.Fatal("Apply succeeded although a restore failed")
+	}
+	k.failRestore = nil
+	n := len(k.payloads)
+	next := withChangedService(snap, 3)
+	if err := dp.Apply(ctx, next, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.payloads)-n < 5 {
+		t.Fatalf("sync after a failure was not a full (chunked) one: %d restores", len(k.payloads)-n)
+	}
+	if got, want := k.ts.SaveAll(), fullRenderState(t, plain, next); got != want {
+		t.Fatalf("after recovery:\n%.2000s", diffLines(want, got))
 	}
 }

@@ -243,3 +243,57 @@ func TestDispatchKernel(t *testing.T) {
 		})
 	}
 }
+
+// TestChunkedConverges renders with small chunks, applies each chunk as its own restore, and checks the
+// result against an unchunked full render, for full renders, large partial ones (many Services changing at
+// once) and small ones; each chunk must load on its own (the fake refuses jumps to missing chains).
+func TestChunkedConverges(t *testing.T) {
+	cfg := benchCfg
+	cfg.ChunkLines = 50
+	base := bigSnapshot(300, 2)
+	var changed []*proxy.ServicePort
+	for i := 0; i < 120; i++ {
+		changed = append(changed, port(fmt.Sprintf("ns/added%d", i), "http", v1.ProtocolTCP,
+			fmt.Sprintf("10.97.%d.%d", i/200, i%200+1), 80, eps(fmt.Sprintf("10.250.%d.%d:80", i/200, i%200+1))))
+	}
+	var removed []proxy.ServicePortName
+	for i := 0; i < 100; i++ {
+		removed = append(removed, svcName(i))
+	}
+	steps := []*proxy.Snapshot{base, derive(base, removed, changed...)}
+	steps = append(steps, withChangedService(steps[1], 250))
+
+	r := NewRenderer(cfg)
+	ts := iptrace.New(false)
+	var prev *proxy.Snapshot
+	for i, s := range steps {
+		res, err := r.Render(s, prev, prev == nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 && len(res.Chunks) < 3 {
+			t.Errorf("step %d: %d chunks, want several", i, len(res.Chunks))
+		}
+		if i == 2 && len(res.Chunks) != 0 {
+			t.Errorf("a one-Service change was chunked")
+		}
+		if len(res.Chunks) == 0 {
+			applyFake(t, ts, res.Payload)
+		}
+		for _, c := range res.Chunks {
+			applyFake(t, ts, c)
+		}
+		prev = s
+		ref := iptrace.New(false)
+		full, err := NewRenderer(benchCfg).Render(s, nil, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyFake(t, ref, full.Payload)
+		for _, table := range []string{"nat", "filter"} {
+			if got, want := ts.Save(table), ref.Save(table); got != want {
+				t.Fatalf("step %d: table %s differs from an unchunked full render:\n%.3000s", i, table, diffLines(want, got))
+			}
+		}
+	}
+}

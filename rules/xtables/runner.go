@@ -102,6 +102,19 @@ func (r *Runner) Save(ctx context.Context, table string, buf *bytes.Buffer) erro
 	return nil
 }
 
+// ListChains returns the names of the chains of a table: over netlink for iptables-nft, from
+// iptables-save for iptables-legacy (whose save is fast).
+func (r *Runner) ListChains(ctx context.Context, table string) ([]string, error) {
+	if r.Backend == BackendNFT {
+		return nftChains(r.Family, table)
+	}
+	var buf bytes.Buffer
+	if err := r.Save(ctx, table, &buf); err != nil {
+		return nil, err
+	}
+	return Chains(buf.Bytes()), nil
+}
+
 // Chains returns the names of the chains iptables-save declares in its output for one table.
 func Chains(save []byte) []string {
 	var out []string
