@@ -34,12 +34,44 @@ func mustSelector(absentLabel string) string {
 	return labels.NewSelector().Add(*r).String()
 }
 
-// dropManagedFields is an informer transform: kube-proxy never reads managedFields, so they are not cached.
-func dropManagedFields(obj any) (any, error) {
-	if a, err := meta.Accessor(obj); err == nil {
-		a.SetManagedFields(nil)
+// trim is the informers' transform: it keeps of each object only what the proxy reads (and what the
+// informer itself needs: name, namespace, resourceVersion), so that the caches of large clusters hold a
+// fraction of the API objects: no managedFields, no annotations (kubectl's last-applied-configuration can
+// be kilobytes) except the trigger time, no owner references, no pod references in endpoints, no node
+// images or conditions.
+func trim(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1.Service:
+		o.ObjectMeta = trimMeta(o.ObjectMeta, "")
+		o.Spec.Selector = nil
+		o.Status.Conditions = nil
+	case *discovery.EndpointSlice:
+		o.ObjectMeta = trimMeta(o.ObjectMeta, AnnotationLastChangeTriggerTime)
+		for i := range o.Endpoints {
+			o.Endpoints[i].TargetRef = nil
+			o.Endpoints[i].DeprecatedTopology = nil
+			o.Endpoints[i].Hostname = nil
+		}
+	case *v1.Node:
+		o.ObjectMeta = trimMeta(o.ObjectMeta, "")
+		o.Status = v1.NodeStatus{Addresses: o.Status.Addresses}
+		o.Spec = v1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs, Taints: o.Spec.Taints}
+	default:
+		if a, err := meta.Accessor(obj); err == nil {
+			a.SetManagedFields(nil)
+		}
 	}
 	return obj, nil
+}
+
+// trimMeta keeps the identity, labels, deletion timestamp and one annotation (if named) of an object.
+func trimMeta(m metav1.ObjectMeta, keepAnnotation string) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		Labels: m.Labels, DeletionTimestamp: m.DeletionTimestamp}
+	if v, ok := m.Annotations[keepAnnotation]; ok && keepAnnotation != "" {
+		out.Annotations = map[string]string{keepAnnotation: v}
+	}
+	return out
 }
 
 // WatchAPI starts informers for Services, EndpointSlices and this node, feeding the Tracker. It blocks until
@@ -48,16 +80,16 @@ func dropManagedFields(obj any) (any, error) {
 func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
 	t := p.tracker
 	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(dropManagedFields),
+		informers.WithTransform(trim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = serviceSelector
 			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
 		}))
 	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(dropManagedFields),
+		informers.WithTransform(trim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector }))
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(dropManagedFields),
+		informers.WithTransform(trim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
 		}))

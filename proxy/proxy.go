@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -233,6 +234,11 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		klog.InfoS("First sync done; proxy is ready", "elapsed", time.Since(start))
 		close(p.ready)
 	})
+	if full {
+		// A full sync builds everything anew and leaves much garbage; hand the memory back now rather than
+		// keep it in the heap until the next one.
+		debug.FreeOSMemory()
+	}
 	return nil
 }
 

@@ -149,6 +149,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		return fmt.Errorf("writing %s rules (%d bytes): %w", d.family, len(res.Payload), err)
 	}
 	klog.V(4).InfoS("iptables-restore done", "ipFamily", d.family, "full", res.Full, "bytes", len(res.Payload), "elapsed", time.Since(start))
+	renderer.Shrink()
 	if full {
 		d.lastFull = start
 	}

@@ -94,6 +94,17 @@ func NewRenderer(cfg Config) *Renderer {
 	}
 }
 
+// Shrink drops the payload buffers a big render grew, which the small partial renders that follow do not
+// need (a full render at 10k Services fills two of ~11 MB). Call it once the payload has been written.
+func (r *Renderer) Shrink() {
+	if cap(r.out) > 1<<20 {
+		r.out = nil
+	}
+	if cap(r.own.b) > 1<<20 {
+		r.own.b = nil
+	}
+}
+
 // Large reports whether the last render was of a large ruleset: more than 1000 endpoints (upstream's
 // large-cluster mode) or a dispatching KUBE-SERVICES.
 func (r *Renderer) Large() bool { return r.total > largeClusterEndpoints || r.dispatch }
