@@ -67,6 +67,7 @@ type Renderer struct {
 	bucketRules                                            int
 	natOut, filterOut                                      []*chainOut
 	own                                                    lineBuf // the ports' own chains, by span
+	chainsOut                                              []string
 	spans                                                  []span
 	natDecl, stale, ownScratch, removed, added, ownedSpare []string
 	dirty, write                                           map[proxy.ServicePortName]bool
@@ -432,7 +433,8 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	res.RulesTotal["nat"] = sharedTotal + ownRules
 	res.Chains["nat"] = r.owned
 	if len(r.bucketsNow) > 0 {
-		res.Chains["nat"] = mergeSorted(nil, r.owned, nil, slices.Clone(r.bucketsNow))
+		r.chainsOut = mergeSorted(r.chainsOut, r.owned, nil, r.bucketsNow)
+		res.Chains["nat"] = r.chainsOut
 	}
 	res.Payload = r.out
 	return res, nil
