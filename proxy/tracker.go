@@ -159,26 +159,30 @@ func (t *Tracker) OnEndpointSlice(prev, cur *discovery.EndpointSlice) {
 	}
 	key, err := sliceService(obj)
 	if err != nil {
-		t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, err.Error())
+		if cur != nil && (prev == nil || !equality.Semantic.DeepEqual(prev.Labels, cur.Labels)) {
+			t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, err.Error())
+		}
 		return
 	}
 	var ps *parsedSlice
+	var problems []string
 	if cur != nil {
-		var problems []string
 		ps, problems = parseSlice(cur, t.nodeName)
-		for _, p := range problems {
-			t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, p)
-		}
 	}
 	t.mu.Lock()
 	t.stats.EndpointChanges++ // like upstream, every event counts
 	bySlice := t.slices[key]
 	if ps != nil && sameParsedSlice(bySlice[obj.Name], ps) {
-		// A resync or a change to fields the proxy does not use: nothing to rebuild, and the trigger time
-		// was already recorded when this content first arrived.
+		// A resync or a change to fields the proxy does not use: nothing to rebuild, the trigger time was
+		// already recorded, and the problems reported, when this content first arrived.
 		t.mu.Unlock()
 		return
 	}
+	defer func() {
+		for _, p := range problems {
+			t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, p)
+		}
+	}()
 	if ps == nil {
 		if _, ok := bySlice[obj.Name]; !ok {
 			t.mu.Unlock()
