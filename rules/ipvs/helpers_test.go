@@ -6,148 +6,49 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"kube-proxy/proxy"
+	"kube-proxy/proxy/proxytest"
 )
 
-var generation atomic.Uint64
-
-const testNode = "node-a"
+const testNode = proxytest.NodeName
 
 var (
 	v4 = v1.IPv4Protocol
 	v6 = v1.IPv6Protocol
 )
 
-// svc builds a Service port; opts adjust it before endpoints are selected by snapshot.
-func svc(nsName, portName string, proto v1.Protocol, clusterIP string, port int32, opts ...func(*proxy.ServicePort)) *proxy.ServicePort {
-	ns, name, _ := strings.Cut(nsName, "/")
-	sp := &proxy.ServicePort{
-		Name:      proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: portName, Protocol: proto},
-		ClusterIP: netip.MustParseAddr(clusterIP),
-		Port:      port,
-		Protocol:  proto,
-	}
-	for _, o := range opts {
-		o(sp)
-	}
-	return sp
-}
+// The builders of hand-made snapshots, shared with the iptables tests.
+var (
+	svc          = proxytest.Port
+	eps          = proxytest.Endpoints
+	nodePort     = proxytest.NodePort
+	externalIPs  = proxytest.ExternalIPs
+	lbIPs        = proxytest.LoadBalancerIPs
+	sourceRanges = proxytest.SourceRanges
+	affinity     = proxytest.Affinity
+	etpLocal     = proxytest.ExternalLocal
+	itpLocal     = proxytest.InternalLocal
+	node         = proxytest.Node
+	snapshot     = proxytest.Snapshot
+)
 
-// eps adds endpoints "ip:port[,flag...]" with flags local, notready, terminating, notserving.
-func eps(list ...string) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) {
-		for _, s := range list {
-			parts := strings.Split(s, ",")
-			ap := netip.MustParseAddrPort(parts[0])
-			e := proxy.NewEndpoint(ap.Addr(), int32(ap.Port()))
-			e.Ready, e.Serving, e.NodeName = true, true, "node-b"
-			for _, f := range parts[1:] {
-				switch f {
-				case "local":
-					e.IsLocal, e.NodeName = true, testNode
-				case "notready":
-					e.Ready = false
-				case "terminating":
-					e.Terminating = true
-				case "notserving":
-					e.Serving = false
-				default:
-					panic("unknown endpoint flag " + f)
-				}
-			}
-			sp.Endpoints = append(sp.Endpoints, e)
-		}
-		slices.SortFunc(sp.Endpoints, func(a, b proxy.Endpoint) int { return strings.Compare(a.Addr, b.Addr) })
-	}
-}
-
-func nodePort(n int32) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) { sp.NodePort = n }
-}
-
-func externalIPs(ips ...string) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) {
-		for _, s := range ips {
-			sp.ExternalIPs = append(sp.ExternalIPs, netip.MustParseAddr(s))
-		}
-	}
-}
-
-func lbIPs(ips ...string) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) {
-		for _, s := range ips {
-			sp.LoadBalancerIPs = append(sp.LoadBalancerIPs, netip.MustParseAddr(s))
-		}
-	}
-}
-
-func sourceRanges(cidrs ...string) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) {
-		for _, s := range cidrs {
-			sp.LoadBalancerSourceRanges = append(sp.LoadBalancerSourceRanges, netip.MustParsePrefix(s))
-		}
-	}
-}
-
-func affinity(seconds int32) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) { sp.StickyMaxAgeSeconds = seconds }
-}
-
-func etpLocal(hc int32) func(*proxy.ServicePort) {
-	return func(sp *proxy.ServicePort) { sp.ExternalPolicyLocal, sp.HealthCheckNodePort = true, hc }
-}
-
-func itpLocal(sp *proxy.ServicePort) { sp.InternalPolicyLocal = true }
-
-func node(ips ...string) proxy.Node {
-	n := proxy.Node{Name: testNode, Known: true}
-	for _, s := range ips {
-		if strings.Contains(s, "/") {
-			n.PodCIDRs = append(n.PodCIDRs, netip.MustParsePrefix(s))
-		} else {
-			n.IPs = append(n.IPs, netip.MustParseAddr(s))
-		}
-	}
-	return n
-}
-
-// snapshot builds a snapshot, selecting endpoints as proxy/ does.
-func snapshot(family v1.IPFamily, n proxy.Node, ports ...*proxy.ServicePort) *proxy.Snapshot {
-	s := &proxy.Snapshot{Family: family, Generation: generation.Add(1), Node: n, Services: map[proxy.ServicePortName]*proxy.ServicePort{}}
-	for _, sp := range ports {
-		sel := proxy.SelectEndpoints(sp, sp.Endpoints, n.Name, n.Zone)
-		sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = sel.Cluster, sel.Local, sel.HasAny
-		s.Services[sp.Name] = sp
-	}
-	return s
-}
-
-// derive returns a snapshot like base with ports replaced or added and names removed.
+// derive returns a snapshot like base with ports replaced or added and the ports of the named Services
+// ("ns/name" or "ns/name:port") removed.
 func derive(base *proxy.Snapshot, remove []string, ports ...*proxy.ServicePort) *proxy.Snapshot {
-	s := &proxy.Snapshot{Family: base.Family, Generation: generation.Add(1), Node: base.Node, Services: map[proxy.ServicePortName]*proxy.ServicePort{}}
-	for k, v := range base.Services {
-		s.Services[k] = v
-	}
+	var names []proxy.ServicePortName
 	for _, r := range remove {
-		for k := range s.Services {
+		for k := range base.Services {
 			if k.String() == r {
-				delete(s.Services, k)
+				names = append(names, k)
 			}
 		}
 	}
-	for _, sp := range ports {
-		sel := proxy.SelectEndpoints(sp, sp.Endpoints, s.Node.Name, s.Node.Zone)
-		sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = sel.Cluster, sel.Local, sel.HasAny
-		s.Services[sp.Name] = sp
-	}
-	return s
+	return proxytest.Derive(base, names, ports...)
 }
 
 func testConfig(family v1.IPFamily) Config {
