@@ -68,23 +68,28 @@ func flushCases(t *testing.T, backend string) {
 		}
 		return at
 	}
-	// The watcher and the periodic full sync both run every syncPeriod; whichever gets to a removal first
-	// restores it, and both must count it. The sleeps below only arrange for the periodic full sync to come
-	// first (they assert nothing): a sync ending shortly before a watcher tick puts the next full sync
-	// before the tick after, and a flush in between is restored by it.
-	t.Run("FlushBeforeThePeriodicFullSync", func(t *testing.T) {
+	// The watcher and the periodic full sync both run every syncPeriod, at phases of their own; whichever
+	// gets to a removal first restores it, and each removal must be counted once. Flushes spread over one
+	// period land before either, and some during a full sync.
+	t.Run("FlushAtEveryPhaseOfTheSyncPeriod", func(t *testing.T) {
 		before := removedExternally(t, d)
 		ipt(t, "-t", "nat", "-F")
-		tick := restoredAt(t).Add(-100 * time.Millisecond) // the watcher's tick, give or take the sync
-		time.Sleep(time.Until(tick.Add(1500 * time.Millisecond)))
-		b.setEndpoints(t, "aux", readyEP(2)) // a partial sync, ending half a second before the next tick
-		time.Sleep(time.Until(tick.Add(2300 * time.Millisecond)))
-		ipt(t, "-t", "nat", "-F") // just after that tick; the full sync due 2 s after the partial one comes first
-		flushed := time.Now()
-		t.Logf("second flush restored %v after it", restoredAt(t).Sub(flushed).Round(time.Millisecond))
-		eventually(t, "both removals to be counted", 5*time.Second, func() (bool, string) {
+		last := restoredAt(t)
+		offsets := []time.Duration{300 * time.Millisecond, 900 * time.Millisecond, 1500 * time.Millisecond}
+		for i, off := range offsets {
+			if i == 1 {
+				b.setEndpoints(t, "aux", readyEP(2)) // and a partial sync in between
+			}
+			time.Sleep(time.Until(last.Add(off)))
+			ipt(t, "-t", "nat", "-F")
+			flushed := time.Now()
+			last = restoredAt(t)
+			t.Logf("flush %v after the last repair restored %v after it", off, last.Sub(flushed).Round(time.Millisecond))
+		}
+		eventually(t, "every removal to be counted", 5*time.Second, func() (bool, string) {
 			got := removedExternally(t, d)
-			return got == before+2, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want +2", before, got)
+			want := before + float64(len(offsets)+1)
+			return got == want, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want %v", before, got, want)
 		})
 	})
 	for _, c := range []struct {

@@ -114,19 +114,21 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		// at once when something was removed.
 		full = false
 	}
-	if check && d.noteRemoved(cfg) {
-		full = true
-	}
-	full = full || !synced
+	noted := check && d.noteRemoved(cfg)
+	full = full || noted || !synced
 	d.checkMu.Unlock()
 
 	var existing map[string][]string
 	prev := last
 	if full {
-		if err := d.ensureBase(cfg); err != nil {
+		readded, err := d.ensureBase(cfg)
+		if err != nil {
 			return err
 		}
-		var err error
+		if check && !noted && readded != "" {
+			// Removed between the check above and now: it is repaired just the same, and counted.
+			d.countRemoved(readded)
+		}
 		if existing, err = d.existingChains(ctx); err != nil {
 			return err
 		}
@@ -192,22 +194,27 @@ func (d *Dataplane) write(ctx context.Context, res *Result) error {
 }
 
 // ensureBase creates our chains that built-in chains jump to, the jump rules themselves, and the canary
-// chains, as upstream does on every full sync.
-func (d *Dataplane) ensureBase(cfg Config) error {
+// chains, as upstream does on every full sync. It names the first nat jump rule it had to add back (the
+// ones the watcher checks), "" when none.
+func (d *Dataplane) ensureBase(cfg Config) (readded string, err error) {
 	for _, c := range CanaryChains() {
 		if err := d.kernel.EnsureChain(c.Table, c.Chain); err != nil {
-			return err
+			return "", err
 		}
 	}
 	for _, j := range JumpRules(cfg) {
 		if err := d.kernel.EnsureChain(j.Table, j.Target); err != nil {
-			return err
+			return "", err
 		}
-		if _, err := d.kernel.EnsureRule(true, j.Table, j.Chain, j.RuleSpec()...); err != nil {
-			return err
+		added, err := d.kernel.EnsureRule(true, j.Table, j.Chain, j.RuleSpec()...)
+		if err != nil {
+			return "", err
+		}
+		if added && j.Table == "nat" && readded == "" {
+			readded = j.Table + "/" + j.Chain + " -j " + j.Target
 		}
 	}
-	return nil
+	return readded, nil
 }
 
 // existingChains lists the chains of the nat and filter tables, so a full render can delete stale ones.
@@ -260,9 +267,14 @@ func (d *Dataplane) noteRemoved(cfg Config) bool {
 	if missing == "" {
 		return false
 	}
+	d.countRemoved(missing)
+	return true
+}
+
+// countRemoved logs and counts one removal of our rules by someone else.
+func (d *Dataplane) countRemoved(missing string) {
 	klog.InfoS("iptables rules were removed behind our back; restoring them with a full sync", "ipFamily", d.family, "missing", missing)
 	d.metrics.rulesRemoved.Inc()
-	return true
 }
 
 // missing names the first canary chain or essential jump rule that is gone ("" when all are there).

@@ -27,6 +27,7 @@ import (
 type fakeKernel struct {
 	ts          *iptrace.Tables
 	failRestore error
+	failCheck   error // RuleExists fails, as `iptables -C` may while someone else rewrites the table
 	payloads    []string
 }
 
@@ -53,7 +54,7 @@ func (f *fakeKernel) EnsureChain(table, chain string) error {
 }
 
 func (f *fakeKernel) EnsureRule(prepend bool, table, chain string, rule ...string) (bool, error) {
-	if ok, _ := f.RuleExists(table, chain, rule...); ok {
+	if _, err := f.ts.Run(append([]string{"-t", table, "-C", chain}, rule...)...); err == nil {
 		return false, nil
 	}
 	op := []string{"-A", chain}
@@ -69,6 +70,9 @@ func (f *fakeKernel) ChainExists(table, chain string) (bool, error) {
 }
 
 func (f *fakeKernel) RuleExists(table, chain string, rule ...string) (bool, error) {
+	if f.failCheck != nil {
+		return false, f.failCheck
+	}
 	_, err := f.ts.Run(append([]string{"-t", table, "-C", chain}, rule...)...)
 	return err == nil, nil
 }
@@ -393,6 +397,50 @@ func TestDataplaneWatchRestoresRemovedRules(t *testing.T) {
 	}
 	if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.1.2:8080"}) {
 		t.Fatalf("after the resync ClusterIP reaches %v", got)
+	}
+}
+
+// TestDataplaneFullSyncCountsRemovals: a periodic full sync that gets to removed jump rules before the
+// watcher counts the removal once, also when its check could not see it (a removal racing the check, or a
+// check that failed) and only re-adding the jumps shows it.
+func TestDataplaneFullSyncCountsRemovals(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		failCheck error
+	}{
+		{"seen by the check", nil},
+		{"seen only when re-adding the jumps", errors.New("iptables -C: resource temporarily unavailable")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := newFakeKernel()
+			dp, reg := newTestDataplane(t, k, v4Config())
+			w := newWorld(t)
+			w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+			w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+			snap := w.snapshot()
+			for range 2 { // the first sync, then a periodic one with nothing removed
+				if err := dp.Apply(ctx, snap, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := metricValue(t, reg, "kubeproxy_iptables_rules_removed_externally_total"); got != 0 {
+				t.Fatalf("removals counted with nothing removed: %v", got)
+			}
+			if _, err := k.ts.Run("-t", "nat", "-F"); err != nil {
+				t.Fatal(err)
+			}
+			k.failCheck = tc.failCheck
+			if err := dp.Apply(ctx, snap, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := metricValue(t, reg, "kubeproxy_iptables_rules_removed_externally_total"); got != 1 {
+				t.Errorf("removed-externally metric = %v, want 1", got)
+			}
+			if got := reachFrom(t, k, "10.96.0.10", 80); !slices.Equal(got, []string{"10.244.1.2:8080"}) {
+				t.Fatalf("after the periodic sync ClusterIP reaches %v", got)
+			}
+		})
 	}
 }
 
