@@ -3,6 +3,7 @@
 #   make unit    fast tests (no root, no servers)
 #   make test    everything CI runs (installs packages, builds a real apiserver, root)
 #   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods
+#   make bench   ours vs upstream kube-proxy side by side; writes BENCHMARKS.md (hours; see BENCHFLAGS)
 
 SHELL       := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
@@ -18,7 +19,7 @@ BIN     := bin/kube-proxy
 KP_CLUSTER_BINDIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kube-proxy-e2e/bin
 export KP_CLUSTER_BINDIR
 
-.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab
+.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab bench bench-quick
 
 all: build
 
@@ -55,7 +56,17 @@ e2e: build build-faults cluster-bins
 	KP_E2E=1 KP_BINARY=$(CURDIR)/$(BIN) KP_FAULTS_BINARY=$(CURDIR)/bin/kube-proxy-faults \
 	  go test -count=1 -timeout 40m ./rules/... ./e2e/...
 
-test: deps unit fuzz e2e
+test: deps unit fuzz e2e bench-quick
+
+# Ours vs upstream kube-proxy (built with the cluster binaries), side by side on this machine; results in
+# bin/bench/<timestamp>/, tables into BENCHMARKS.md. BENCHFLAGS picks sizes: '-n 1000,5000 -m 3 -runs 3'.
+BENCHFLAGS ?=
+bench: deps build cluster-bins
+	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/bench $(BENCHFLAGS)
+
+# The CI variant: N=1000, M=3, one run, a few changes; checks the benchmark still runs (no report).
+bench-quick: deps build cluster-bins
+	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/bench -quick
 
 demo: deps build cluster-bins
 	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/demo

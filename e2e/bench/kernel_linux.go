@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"kube-proxy/e2e/harness"
+)
+
+// restoreTool is the iptables-restore both implementations end up running: iptables-nft (the host's
+// default, and the backend the node's KUBE-IPTABLES-HINT chain points ours to).
+const (
+	restoreTool = "iptables-nft-restore"
+	saveTool    = "iptables-nft-save"
+)
+
+// restoreResult is one timed iptables-restore.
+type restoreResult struct {
+	// Wall is exec → exit. Commit is exec → its last nf_tables transaction as the monitor saw it (0
+	// without a monitor): the rules are in effect from then on, while the process still takes ~10 ms to
+	// exit on this kernel (closing its netlink socket).
+	Wall, Commit, User, Sys time.Duration
+}
+
+// restore runs `iptables-nft-restore -w [--noflush]` with payload on stdin directly inside ns (forked from
+// a thread in the namespace, without `ip netns exec`, as a daemon running there would) and times it. With
+// mon (listening in ns) it also times the commit.
+func restore(ns *harness.NetNS, payload []byte, noflush bool, mon *Monitor) (restoreResult, error) {
+	args := []string{"-w"}
+	if noflush {
+		args = append(args, "--noflush")
+	}
+	var res restoreResult
+	var start time.Time
+	var pid int
+	err := ns.Do(func() error {
+		cmd := exec.Command(restoreTool, args...)
+		cmd.Stdin = bytes.NewReader(payload)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start = time.Now()
+		err := cmd.Start()
+		if err == nil {
+			pid = cmd.Process.Pid
+			err = cmd.Wait()
+		}
+		res.Wall = time.Since(start)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w: %s", restoreTool, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+		}
+		res.User, res.Sys = cmd.ProcessState.UserTime(), cmd.ProcessState.SystemTime()
+		return nil
+	})
+	if err != nil || mon == nil {
+		return res, err
+	}
+	// One transaction per table (COMMIT line); the monitor may still be reading the last ones.
+	want := bytes.Count(payload, []byte("\nCOMMIT\n"))
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		var seen int
+		var last time.Time
+		for _, g := range mon.GensSince(start) {
+			if g.PID == pid {
+				seen, last = seen+1, g.Time
+			}
+		}
+		if seen >= want || (seen > 0 && time.Now().After(deadline)) {
+			res.Commit = last.Sub(start)
+			return res, nil
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("the monitor saw no transaction of %s (pid %d)", restoreTool, pid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// save returns `iptables-nft-save [-t table]` (IPv4) of ns; table "" saves every table.
+func save(ns *harness.NetNS, table string) (string, error) {
+	var out, errb bytes.Buffer
+	var args []string
+	if table != "" {
+		args = []string{"-t", table}
+	}
+	err := ns.Do(func() error {
+		cmd := exec.Command(saveTool, args...)
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %s: %w: %s", saveTool, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+		}
+		return nil
+	})
+	return out.String(), err
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// unit says how a metric's values print.
+type unit int
+
+const (
+	unitSeconds unit = iota // durations as float64 seconds
+	unitBytes
+	unitCount
+)
+
+// metric is one row of the comparison table: a value per run and implementation.
+type metric struct {
+	name string
+	unit unit
+	get  func(r *RunResult, impl string) (float64, bool)
+}
+
+func phaseMetric(mode string, f func(p *PhaseResult) (float64, bool)) func(*RunResult, string) (float64, bool) {
+	return func(r *RunResult, impl string) (float64, bool) {
+		p := r.phase(impl, mode)
+		if p == nil {
+			return 0, false
+		}
+		return f(p)
+	}
+}
+
+func secs(d time.Duration) (float64, bool) { return d.Seconds(), true }
+
+func latency(mode string, p float64) func(*RunResult, string) (float64, bool) {
+	return phaseMetric(mode, func(ph *PhaseResult) (float64, bool) {
+		if len(ph.Latencies) == 0 {
+			return 0, false
+		}
+		return secs(percentile(ph.Latencies, p))
+	})
+}
+
+func cpuPerChange(mode string) func(*RunResult, string) (float64, bool) {
+	return phaseMetric(mode, func(ph *PhaseResult) (float64, bool) {
+		if ph.Changes == 0 {
+			return 0, false
+		}
+		return ph.LoopCPU.Total().Seconds() / float64(ph.Changes), true
+	})
+}
+
+func dataPlane(target string) func(*RunResult, string) (float64, bool) {
+	return phaseMetric(modeConfig, func(ph *PhaseResult) (float64, bool) {
+		d, ok := ph.DataPlane[target]
+		if !ok || d.Samples == 0 {
+			return 0, false
+		}
+		return secs(d.P50)
+	})
+}
+
+var metrics = []metric{
+	{"cold start: exec → every Service's rules in the kernel (config file)", unitSeconds,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return secs(p.Cold) })},
+	{"cold start, second sample (flags, minSyncPeriod 0)", unitSeconds,
+		phaseMetric(modeFlags, func(p *PhaseResult) (float64, bool) { return secs(p.Cold) })},
+	{"  CPU until then, daemon + its iptables children", unitSeconds,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return p.ColdCPU.Total().Seconds(), true })},
+	{"  of which in iptables-restore/-save (children)", unitSeconds,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return p.ColdCPU.Children.Seconds(), true })},
+	{"  nf_tables transactions until then", unitCount,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return float64(p.ColdCommits), true })},
+	{"network programming p50, minSyncPeriod 1 s", unitSeconds, latency(modeConfig, 0.5)},
+	{"network programming p99, minSyncPeriod 1 s", unitSeconds, latency(modeConfig, 0.99)},
+	{"network programming p50, minSyncPeriod 0", unitSeconds, latency(modeFlags, 0.5)},
+	{"network programming p99, minSyncPeriod 0", unitSeconds, latency(modeFlags, 0.99)},
+	{"CPU per change, minSyncPeriod 1 s (daemon + children)", unitSeconds, cpuPerChange(modeConfig)},
+	{"CPU per change, minSyncPeriod 0 (daemon + children)", unitSeconds, cpuPerChange(modeFlags)},
+	{"  of which in iptables-restore/-save (children)", unitSeconds,
+		phaseMetric(modeFlags, func(p *PhaseResult) (float64, bool) {
+			return p.LoopCPU.Children.Seconds() / float64(p.Changes), p.Changes > 0
+		})},
+	{"rules added + deleted in the kernel per change (median)", unitCount,
+		phaseMetric(modeFlags, func(p *PhaseResult) (float64, bool) {
+			return float64(medianInt(p.RulesPerChange)), len(p.RulesPerChange) > 0
+		})},
+	{"nf_tables transactions per change (median)", unitCount,
+		phaseMetric(modeFlags, func(p *PhaseResult) (float64, bool) {
+			return float64(medianInt(p.CommitsPerChange)), len(p.CommitsPerChange) > 0
+		})},
+	{"RSS after the cold sync", unitBytes,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return float64(p.MemCold.RSS), p.MemCold.RSS > 0 })},
+	{"RSS after the changes", unitBytes,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return float64(p.MemAfter.RSS), p.MemAfter.RSS > 0 })},
+	{"peak RSS (VmHWM)", unitBytes,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return float64(p.MemAfter.HWM), p.MemAfter.HWM > 0 })},
+	{"KUBE-SERVICES rules (nat)", unitCount,
+		phaseMetric(modeConfig, func(p *PhaseResult) (float64, bool) { return float64(p.ServicesRules), true })},
+	{"new connection p50: " + dpLast, unitSeconds, dataPlane(dpLast)},
+	{"new connection p50: " + dpFirst, unitSeconds, dataPlane(dpFirst)},
+	{"new connection p50: " + dpDeepest, unitSeconds, dataPlane(dpDeepest)},
+	{"new connection p50: " + dpPod, unitSeconds, dataPlane(dpPod)},
+}
+
+// group is the results of one size.
+type group struct {
+	N, M int
+	Runs []*RunResult
+}
+
+func groups(results []RunResult) []group {
+	var out []group
+	for i := range results {
+		r := &results[i]
+		k := slices.IndexFunc(out, func(g group) bool { return g.N == r.N && g.M == r.M })
+		if k < 0 {
+			out = append(out, group{N: r.N, M: r.M})
+			k = len(out) - 1
+		}
+		out[k].Runs = append(out[k].Runs, r)
+	}
+	slices.SortFunc(out, func(a, b group) int {
+		if a.M != b.M {
+			return a.M - b.M
+		}
+		return a.N - b.N
+	})
+	return out
+}
+
+// values collects a metric over a group's runs.
+func (g group) values(get func(*RunResult, string) (float64, bool), impl string) []float64 {
+	var v []float64
+	for _, r := range g.Runs {
+		if x, ok := get(r, impl); ok {
+			v = append(v, x)
+		}
+	}
+	return v
+}
+
+func formatValue(x float64, u unit) string {
+	switch u {
+	case unitBytes:
+		return fmt.Sprintf("%.0f MiB", x/(1<<20))
+	case unitCount:
+		return thousands(int64(x + 0.5))
+	}
+	switch {
+	case x == 0:
+		return "0"
+	case x >= 100:
+		return fmt.Sprintf("%.0f s", x)
+	case x >= 1:
+		return fmt.Sprintf("%.2f s", x)
+	case x >= 0.01:
+		return fmt.Sprintf("%.0f ms", x*1e3)
+	case x >= 0.001:
+		return fmt.Sprintf("%.1f ms", x*1e3)
+	default:
+		return fmt.Sprintf("%.0f µs", x*1e6)
+	}
+}
+
+func formatSpread(s spread, u unit) string {
+	if s.N == 0 {
+		return "–"
+	}
+	v := formatValue(s.Median, u)
+	if s.N > 1 && s.Min != s.Max {
+		v += " (" + formatValue(s.Min, u) + "–" + formatValue(s.Max, u) + ")"
+	}
+	return v
+}
+
+func thousands(v int64) string {
+	s := fmt.Sprint(v)
+	if v < 0 {
+		return "-" + thousands(-v)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func ratio(a, b spread) string {
+	if a.N == 0 || b.N == 0 || b.Median == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g×", a.Median/b.Median)
+}
+
+// renderGroup renders one size's tables in Markdown.
+func renderGroup(g group, o options, m machineInfo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s Services × %d endpoints\n\n", thousands(int64(g.N)), g.M)
+	fmt.Fprintf(&b, "- Command: `%s`\n", o.Command)
+	fmt.Fprintf(&b, "- Date: %s; runs: %d (medians, min–max in parentheses); %d changes per implementation and minSyncPeriod; %d connections per data-plane target\n",
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), len(g.Runs), o.Changes, o.Connects)
+	fmt.Fprintf(&b, "- Machine: %s\n", m.oneLine())
+	fmt.Fprintf(&b, "- Binaries: %s; repository at %s\n", m.versions(), m.Commit)
+	for _, r := range g.Runs {
+		if r.Created > 0 {
+			fmt.Fprintf(&b, "- Creating the %s Services added for this size (%s API objects: Services and EndpointSlices; %d parallel writers, no client-side rate limit) took %s, %.0f objects/s\n",
+				thousands(int64(r.Objects/2)), thousands(int64(r.Objects)), o.Workers, formatValue(r.Created.Seconds(), unitSeconds), float64(r.Objects)/r.Created.Seconds())
+		}
+	}
+	b.WriteString("\n| | ours | upstream | ours ÷ upstream |\n|---|---|---|---|\n")
+	for _, mt := range metrics {
+		ours, up := spreadOf(g.values(mt.get, implOurs)), spreadOf(g.values(mt.get, implUpstream))
+		if ours.N == 0 && up.N == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mt.name, formatSpread(ours, mt.unit), formatSpread(up, mt.unit), ratio(ours, up))
+	}
+	b.WriteString(renderFloors(g))
+	b.WriteString(renderNotes(g))
+	return b.String()
+}
+
+func renderFloors(g group) string {
+	type row struct {
+		name    string
+		samples func(r *RunResult) []FloorSample
+		commit  bool // also show exec → commit
+	}
+	whole := func(impl string) func(*RunResult) []FloorSample {
+		return func(r *RunResult) []FloorSample {
+			if s, ok := r.Floors.Whole[impl]; ok {
+				return []FloorSample{s}
+			}
+			return nil
+		}
+	}
+	rows := []row{
+		{"whole payload of ours, into an empty namespace", whole(implOurs), true},
+		{"whole payload of upstream, into an empty namespace", whole(implUpstream), true},
+		{"one Service's own lines for an endpoint change (KUBE-SVC + one KUBE-SEP), ours' shapes over ours' rules",
+			func(r *RunResult) []FloorSample { return r.Floors.Change[implOurs] }, true},
+		{"the same in upstream's shapes over upstream's rules",
+			func(r *RunResult) []FloorSample { return r.Floors.Change[implUpstream] }, true},
+		{"the same plus a full KUBE-SERVICES rewrite (what each upstream partial sync writes to nat at least)",
+			func(r *RunResult) []FloorSample { return r.Floors.ChangeAndServices }, true},
+		{"one Service's lines over ours' rules, no monitor listening (the observer's own cost)",
+			func(r *RunResult) []FloorSample { return r.Floors.ChangeUnmonitored }, false},
+	}
+	var b strings.Builder
+	header := false
+	for _, rw := range rows {
+		var commit, wall []float64
+		for _, r := range g.Runs {
+			if s := rw.samples(r); len(s) > 0 {
+				commit = append(commit, floorP50(s, true).Seconds())
+				wall = append(wall, floorP50(s, false).Seconds())
+			}
+		}
+		if len(wall) == 0 {
+			continue
+		}
+		if !header {
+			b.WriteString("\n| kernel floor: `iptables-nft-restore --noflush`, no daemon running (median) | exec → committed | exec → exited |\n|---|---|---|\n")
+			header = true
+		}
+		c := "–"
+		if rw.commit {
+			c = formatSpread(spreadOf(commit), unitSeconds)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", rw.name, c, formatSpread(spreadOf(wall), unitSeconds))
+	}
+	if !header {
+		return ""
+	}
+	// The issue's targets, as ratios of ours to the floors (both measured to the commit).
+	target := func(name string, num func(*RunResult, string) (float64, bool), den func(*RunResult) []FloorSample) {
+		var v []float64
+		for _, r := range g.Runs {
+			a, ok := num(r, implOurs)
+			c := floorP50(den(r), true).Seconds()
+			if ok && c > 0 {
+				v = append(v, a/c)
+			}
+		}
+		if len(v) > 0 {
+			fmt.Fprintf(&b, "| %s | %s |\n", name, formatRatioSpread(spreadOf(v)))
+		}
+	}
+	b.WriteString("\n| ours against the floors, both to the commit (target ≤ 1.5×) | ratio |\n|---|---|\n")
+	target("cold start ÷ whole-payload restore of ours' payload", metrics[0].get, whole(implOurs))
+	target("network programming p50 at minSyncPeriod 0 ÷ one-change restore over ours' rules", latency(modeFlags, 0.5),
+		func(r *RunResult) []FloorSample { return r.Floors.Change[implOurs] })
+	return b.String()
+}
+
+func formatRatioSpread(s spread) string {
+	v := fmt.Sprintf("%.2f×", s.Median)
+	if s.N > 1 && s.Min != s.Max {
+		v += fmt.Sprintf(" (%.2f–%.2f×)", s.Min, s.Max)
+	}
+	return v
+}
+
+func renderNotes(g group) string {
+	var notes []string
+	for _, r := range g.Runs {
+		for _, p := range r.Phases {
+			label := fmt.Sprintf("run %d, %s, %s", r.Run, p.Impl, modeLabel(p.Mode))
+			if p.MonitorLost > 0 {
+				notes = append(notes, fmt.Sprintf("%s: the monitor's socket overflowed %d times (the model was re-read from the kernel each time)", label, p.MonitorLost))
+			}
+			if p.DataPlaneMoved {
+				notes = append(notes, fmt.Sprintf("%s: the nat table was rewritten in another order while the connections were made", label))
+			}
+			if p.Early > 0 {
+				notes = append(notes, fmt.Sprintf("%s: %d changes were in the kernel before the API write returned (counted as 0)", label, p.Early))
+			}
+			for _, t := range dpTargets {
+				if d, ok := p.DataPlane[t]; ok && d.Fail > 0 {
+					notes = append(notes, fmt.Sprintf("%s: %d of %d connections to %s failed", label, d.Fail, d.Fail+d.Samples, t))
+				}
+			}
+		}
+	}
+	var walked []string
+	for _, impl := range []string{implOurs, implUpstream} {
+		var parts []string
+		for _, t := range dpTargets {
+			var v []float64
+			for _, r := range g.Runs {
+				if p := r.phase(impl, modeConfig); p != nil {
+					if d, ok := p.DataPlane[t]; ok {
+						v = append(v, float64(d.RulesWalked))
+					}
+				}
+			}
+			if len(v) > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s", t, formatSpread(spreadOf(v), unitCount)))
+			}
+		}
+		if len(parts) > 0 {
+			walked = append(walked, impl+": "+strings.Join(parts, ", "))
+		}
+	}
+	if len(walked) > 0 {
+		notes = append(notes, "nat rules a new connection walks before its KUBE-SVC chain — "+strings.Join(walked, "; "))
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "\nNotes:\n- " + strings.Join(notes, "\n- ") + "\n"
+}
+
+// renderReport renders every size measured.
+func renderReport(results []RunResult, o options, m machineInfo) string {
+	var b strings.Builder
+	for _, g := range groups(results) {
+		b.WriteString(renderGroup(g, o, m))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Markers around each generated section of BENCHMARKS.md; everything outside them is left alone.
+func beginMarker(n, m int) string { return fmt.Sprintf("<!-- bench:begin N=%d M=%d -->", n, m) }
+func endMarker(n, m int) string   { return fmt.Sprintf("<!-- bench:end N=%d M=%d -->", n, m) }
+
+// updateBenchmarks returns doc with the sections of the measured sizes replaced (or appended).
+func updateBenchmarks(doc string, results []RunResult, o options, m machineInfo) string {
+	for _, g := range groups(results) {
+		section := beginMarker(g.N, g.M) + "\n" + renderGroup(g, o, m) + endMarker(g.N, g.M)
+		i := strings.Index(doc, beginMarker(g.N, g.M))
+		j := strings.Index(doc, endMarker(g.N, g.M))
+		if i >= 0 && j > i {
+			doc = doc[:i] + section + doc[j+len(endMarker(g.N, g.M)):]
+			continue
+		}
+		if !strings.HasSuffix(doc, "\n") {
+			doc += "\n"
+		}
+		doc += "\n" + section + "\n"
+	}
+	return doc
+}
+
+// writeBenchmarks updates path (creating it if needed) with the results.
+func writeBenchmarks(path string, results []RunResult, o options, m machineInfo) error {
+	doc := "# Benchmarks\n\nWritten by `make bench` (e2e/bench).\n"
+	if b, err := os.ReadFile(path); err == nil {
+		doc = string(b)
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(updateBenchmarks(doc, results, o, m)), 0o644)
+}
+
+// savedRun is the content of results.json.
+type savedRun struct {
+	Options options
+	Machine machineInfo
+	Results []RunResult
+}
+
+// report prints, and writes to o.Output, the report of the results.json named by o.From, with the
+// options and machine recorded there.
+func report(_ context.Context, o options) error {
+	b, err := os.ReadFile(o.From)
+	if err != nil {
+		return err
+	}
+	var saved savedRun
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("reading %s: %w", o.From, err)
+	}
+	fmt.Print(renderReport(saved.Results, saved.Options, saved.Machine))
+	if o.Output == "" {
+		return nil
+	}
+	return writeBenchmarks(o.Output, saved.Results, saved.Options, saved.Machine)
+}
