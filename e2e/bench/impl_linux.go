@@ -103,9 +103,14 @@ func (d *daemon) alive() error {
 // fetchProfile fetches a CPU profile of seconds from the daemon's /debug/pprof (enableProfiling) into path.
 // It retries until the metrics server answers, for at most 30 s.
 func (d *daemon) fetchProfile(ctx context.Context, seconds int, path string) error {
+	return d.fetchPprof(ctx, fmt.Sprintf("profile?seconds=%d", seconds), time.Duration(seconds)*time.Second, path)
+}
+
+// fetchPprof fetches /debug/pprof/<what> from the daemon into path, allowing it to take d plus a minute.
+func (d *daemon) fetchPprof(ctx context.Context, what string, dur time.Duration, path string) error {
 	client := d.ns.HTTPClient()
-	client.Timeout = time.Duration(seconds)*time.Second + time.Minute
-	url := fmt.Sprintf("http://127.0.0.1:10249/debug/pprof/profile?seconds=%d", seconds)
+	client.Timeout = dur + time.Minute
+	url := "http://127.0.0.1:10249/debug/pprof/" + what
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

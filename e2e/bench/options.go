@@ -55,7 +55,7 @@ func parseOptions(args []string) (options, error) {
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the change sequence (the same for every implementation)")
 	fs.StringVar(&o.Output, "o", "BENCHMARKS.md", "Markdown file whose sections for the measured sizes are (re)written; empty: none")
 	fs.StringVar(&o.Outdir, "outdir", "bin/bench", "directory for results.json, daemon logs and profiles (a timestamped subdirectory per invocation)")
-	fs.BoolVar(&o.Profile, "profile", false, "set enableProfiling (both implementations) and save CPU profiles (/debug/pprof) of each cold start (config file) and change loop (minSyncPeriod 0); profiles cost the daemons a little, so keep such runs out of the report (-o \"\")")
+	fs.BoolVar(&o.Profile, "profile", false, "set enableProfiling (both implementations) and save CPU profiles (/debug/pprof) of each cold start (config file) and change loop (minSyncPeriod 0) and heap profiles after the changes; profiles cost the daemons a little, so keep such runs out of the report (-o \"\")")
 	fs.IntVar(&o.ProfileSeconds, "profile-seconds", 20, "length of each CPU profile")
 	fs.StringVar(&o.From, "from", "", "measure nothing: print (and write to -o) the report of a results.json from an earlier run")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the apiserver's and etcd's state directories")

@@ -318,6 +318,16 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 	if pr.MemAfter, err = readMemory(d.proc.PID()); err != nil {
 		return pr, saved, err
 	}
+	if b.o.Profile {
+		// The heap after the changes: the profile and, in its text form, the runtime's memory statistics.
+		base := filepath.Join(b.outdir, fmt.Sprintf("%s-n%d-m%d-run%d-%s-heap", impl, n, m, res.Run, mode))
+		for what, path := range map[string]string{"heap": base + ".pprof", "heap?debug=1": base + ".txt"} {
+			if err := d.fetchPprof(ctx, what, 0, path); err != nil {
+				return pr, saved, fmt.Errorf("heap profile of %s: %w", impl, err)
+			}
+		}
+		logf("  heap profile saved: %s.{pprof,txt}", base)
+	}
 
 	// 4. Data plane: put the changed Services back first, so every target has its original endpoints.
 	if err := w.restore(ctx, touched); err != nil {
