@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -74,42 +77,85 @@ func trimMeta(m metav1.ObjectMeta, keepAnnotation string) metav1.ObjectMeta {
 	return out
 }
 
-// WatchAPI starts informers for Services, EndpointSlices and this node, feeding the Tracker. It blocks until
-// their caches have synced (logging while the API server is unreachable) or ctx is done; the informers keep
-// running, and recover from API outages on their own, until ctx is done.
+// WatchAPI starts watching Services, EndpointSlices and this node, feeding the Tracker. It blocks until
+// each has been listed (logging while the API server is unreachable) or ctx is done; the watches keep
+// running, and recover from API outages on their own (relisting when they must), until ctx is done.
+//
+// Services and EndpointSlices go through bare reflectors whose store is the Tracker itself (a feed): no
+// informer cache keeps a second copy of every object, which at 10,000 Services was half the daemon's heap.
+// The Tracker keeps the trimmed Services and only what it parsed from the slices. Nothing here needs the
+// informers' periodic resync: the Tracker ignores objects that did not change.
 func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
 	t := p.tracker
-	svcFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(trim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = serviceSelector
-			o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
-		}))
-	sliceFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(trim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector }))
+	svcs := &feed{
+		set: func(o any) {
+			if s, ok := o.(*v1.Service); ok {
+				t.OnService(nil, s)
+			}
+		},
+		del: func(o any) { t.OnService(asService(o), nil) },
+		replace: func(list []any) {
+			out := make([]*v1.Service, 0, len(list))
+			for _, o := range list {
+				if s, ok := o.(*v1.Service); ok {
+					out = append(out, s)
+				}
+			}
+			t.ReplaceServices(out)
+		},
+	}
+	slices := &feed{
+		set: func(o any) {
+			if es, ok := o.(*discovery.EndpointSlice); ok {
+				t.OnEndpointSlice(nil, es)
+			}
+		},
+		del: func(o any) { t.OnEndpointSlice(asSlice(o), nil) },
+		replace: func(list []any) {
+			out := make([]*discovery.EndpointSlice, 0, len(list))
+			for _, o := range list {
+				if es, ok := o.(*discovery.EndpointSlice); ok {
+					out = append(out, es)
+				}
+			}
+			t.ReplaceEndpointSlices(out)
+		},
+	}
+	svcOpts := func(o *metav1.ListOptions) {
+		o.LabelSelector = serviceSelector
+		o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
+	}
+	svcLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			svcOpts(&o)
+			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			svcOpts(&o)
+			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	sliceLW := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = sliceSelector
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sliceSelector
+			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	go cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(svcLW, client), &v1.Service{}, svcs,
+		cache.ReflectorOptions{Name: "services", TypeDescription: "*v1.Service"}).RunWithContext(ctx)
+	go cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(sliceLW, client), &discovery.EndpointSlice{}, slices,
+		cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"}).RunWithContext(ctx)
+
+	// The node is one small object: a plain informer.
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTransform(trim),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
 		}))
-
-	svcInformer := svcFactory.Core().V1().Services().Informer()
-	if _, err := svcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { t.OnService(nil, asService(o)) },
-		UpdateFunc: func(o, n any) { t.OnService(asService(o), asService(n)) },
-		DeleteFunc: func(o any) { t.OnService(asService(o), nil) },
-	}); err != nil {
-		return fmt.Errorf("adding Service handler: %w", err)
-	}
-	sliceInformer := sliceFactory.Discovery().V1().EndpointSlices().Informer()
-	if _, err := sliceInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { t.OnEndpointSlice(nil, asSlice(o)) },
-		UpdateFunc: func(o, n any) { t.OnEndpointSlice(asSlice(o), asSlice(n)) },
-		DeleteFunc: func(o any) { t.OnEndpointSlice(asSlice(o), nil) },
-	}); err != nil {
-		return fmt.Errorf("adding EndpointSlice handler: %w", err)
-	}
 	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { t.OnNode(asNode(o)) },
@@ -119,11 +165,9 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 		return fmt.Errorf("adding Node handler: %w", err)
 	}
 
-	svcFactory.Start(ctx.Done())
-	sliceFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 
-	synced := []cache.InformerSynced{svcInformer.HasSynced, sliceInformer.HasSynced, nodeInformer.HasSynced}
+	synced := []cache.InformerSynced{svcs.synced.Load, slices.synced.Load, nodeInformer.HasSynced}
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
@@ -148,6 +192,52 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 		}
 	}
 }
+
+// feed is a reflector's store that stores nothing: it trims each object and hands it to the Tracker.
+type feed struct {
+	set     func(obj any)    // added or updated
+	del     func(obj any)    // deleted (its last state)
+	replace func(list []any) // the whole list, after a (re)list
+	synced  atomic.Bool      // listed at least once
+}
+
+var _ cache.TransformingStore = (*feed)(nil)
+
+func (f *feed) Add(obj any) error {
+	o, err := trim(obj)
+	if err != nil {
+		return err
+	}
+	f.set(o)
+	return nil
+}
+
+func (f *feed) Update(obj any) error { return f.Add(obj) }
+
+func (f *feed) Delete(obj any) error {
+	f.del(obj)
+	return nil
+}
+
+func (f *feed) Replace(list []any, _ string) error {
+	for i, o := range list {
+		t, err := trim(o)
+		if err != nil {
+			return err
+		}
+		list[i] = t
+	}
+	f.replace(list)
+	f.synced.Store(true)
+	return nil
+}
+
+// Resync is never called: the reflectors run without a resync period.
+func (f *feed) Resync() error { return nil }
+
+// Transformer lets a streaming list (WatchListClient) trim objects as they arrive, before it hands over
+// the whole list.
+func (f *feed) Transformer() cache.TransformFunc { return trim }
 
 // The informers deliver tombstones on missed deletes; unwrap them.
 func unwrap(o any) any {

@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"context"
+	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestTrimKeepsWhatTheProxyReads(t *testing.T) {
@@ -55,4 +59,68 @@ func TestTrimKeepsWhatTheProxyReads(t *testing.T) {
 	if n.Status.Images != nil || n.Status.Conditions != nil || n.Spec.ProviderID != "" {
 		t.Errorf("Node kept what the proxy never reads")
 	}
+}
+
+// TestWatchAPIFeedsTheTracker runs WatchAPI against a fake clientset: the initial list, then added, updated
+// and deleted objects reach the snapshots, with no informer cache in between.
+func TestWatchAPIFeedsTheTracker(t *testing.T) {
+	web := webService()
+	web.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	client := fake.NewClientset(web, webSlice("web-1", "10.1.0.1"),
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: thisNode}})
+	p := newTestProxy(t, time.Hour, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := p.WatchAPI(ctx, client, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Tracker()
+	if tr.Node() == nil {
+		t.Fatal("the node was not listed")
+	}
+	port := spn("ns", "web", "http", tcp)
+	endpoints := func() []string {
+		sp := tr.Snapshots().Snapshots[0].Services[port]
+		if sp == nil {
+			return nil
+		}
+		return epAddrs(sp.Endpoints)
+	}
+	if got := endpoints(); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
+		t.Fatalf("after the initial list: %v", got)
+	}
+	tr.mu.Lock()
+	trimmed := tr.services[nn("ns", "web")].ManagedFields == nil
+	tr.mu.Unlock()
+	if !trimmed {
+		t.Error("the Tracker holds an untrimmed Service")
+	}
+
+	waitFor := func(what string, want []string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for got := endpoints(); !slices.Equal(got, want); got = endpoints() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: endpoints %v, want %v", what, got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	slices2 := client.DiscoveryV1().EndpointSlices("ns")
+	if _, err := slices2.Create(ctx, webSlice("web-2", "10.1.0.2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a slice added", []string{"10.1.0.1:8080", "10.1.0.2:8080"})
+	if _, err := slices2.Update(ctx, webSlice("web-1", "10.1.0.3"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a slice updated", []string{"10.1.0.2:8080", "10.1.0.3:8080"})
+	if err := slices2.Delete(ctx, "web-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a slice deleted", []string{"10.1.0.3:8080"})
+	if err := client.CoreV1().Services("ns").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the Service deleted", nil)
 }

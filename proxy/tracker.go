@@ -29,8 +29,14 @@ type Tracker struct {
 	mu       sync.Mutex
 	builders []*builder
 	services map[serviceKey]*v1.Service
-	slices   map[serviceKey]map[string]*parsedSlice
-	node     *v1.Node
+	// slices holds each Service's parsed slices, sorted by name. A list is never modified once stored
+	// (changes store a new one), so snapshot builds use it without the lock.
+	slices map[serviceKey][]*parsedSlice
+	// owners maps each recorded slice to the Service it is recorded under; unowned holds the slices
+	// skipped for want of a Service label (reported once each).
+	owners  map[types.NamespacedName]serviceKey
+	unowned map[types.NamespacedName]struct{}
+	node    *v1.Node
 	// pending holds the Services to rebuild at the next snapshot; rebuildAll is set when something every
 	// Service depends on (the node's zone) changed.
 	pending    map[serviceKey]struct{}
@@ -73,7 +79,9 @@ func NewTracker(o TrackerOptions) *Tracker {
 		start:      time.Now(),
 		onChange:   o.OnChange,
 		services:   map[serviceKey]*v1.Service{},
-		slices:     map[serviceKey]map[string]*parsedSlice{},
+		slices:     map[serviceKey][]*parsedSlice{},
+		owners:     map[types.NamespacedName]serviceKey{},
+		unowned:    map[types.NamespacedName]struct{}{},
 		pending:    map[serviceKey]struct{}{},
 		svcPending: map[serviceKey]*v1.Service{},
 		epPending:  map[serviceKey]struct{}{},
@@ -140,72 +148,170 @@ func sameServiceInput(a, b *v1.Service) bool {
 
 func hasLabel(s *v1.Service, l string) bool { _, ok := s.Labels[l]; return ok }
 
-// OnEndpointSlice records an added or updated slice (cur) or a deleted one (cur nil, prev the last state).
+// OnEndpointSlice records an added or updated slice (cur) or a deleted one (cur nil, prev its last state).
 func (t *Tracker) OnEndpointSlice(prev, cur *discovery.EndpointSlice) {
-	obj := cur
-	if obj == nil {
-		obj = prev
+	switch {
+	case cur != nil:
+		t.setSlice(cur)
+	case prev != nil:
+		t.deleteSlice(types.NamespacedName{Namespace: prev.Namespace, Name: prev.Name})
 	}
-	if obj == nil {
-		return
-	}
-	if prev != nil && cur != nil {
-		// A slice relabelled to another Service (or to none) first leaves the Service it belonged to.
-		if old, err := sliceService(prev); err == nil {
-			if now, err := sliceService(cur); err != nil || now != old {
-				t.OnEndpointSlice(prev, nil)
-			}
+}
+
+// ReplaceServices records a full list of the Services (the API server's, after a relist): each is added or
+// updated, and the Services not in it are deleted.
+func (t *Tracker) ReplaceServices(list []*v1.Service) {
+	seen := make(map[serviceKey]struct{}, len(list))
+	for _, s := range list {
+		if s != nil {
+			seen[serviceKey{Namespace: s.Namespace, Name: s.Name}] = struct{}{}
+			t.OnService(nil, s)
 		}
-	}
-	key, err := sliceService(obj)
-	if err != nil {
-		if cur != nil && (prev == nil || !equality.Semantic.DeepEqual(prev.Labels, cur.Labels)) {
-			t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, err.Error())
-		}
-		return
-	}
-	var ps *parsedSlice
-	var problems []string
-	if cur != nil {
-		ps, problems = parseSlice(cur, t.nodeName)
 	}
 	t.mu.Lock()
+	var gone []*v1.Service
+	for k, s := range t.services {
+		if _, ok := seen[k]; !ok {
+			gone = append(gone, s)
+		}
+	}
+	t.mu.Unlock()
+	for _, s := range gone {
+		t.OnService(s, nil)
+	}
+}
+
+// ReplaceEndpointSlices records a full list of the EndpointSlices, like ReplaceServices.
+func (t *Tracker) ReplaceEndpointSlices(list []*discovery.EndpointSlice) {
+	seen := make(map[types.NamespacedName]struct{}, len(list))
+	for _, es := range list {
+		if es != nil {
+			seen[types.NamespacedName{Namespace: es.Namespace, Name: es.Name}] = struct{}{}
+			t.setSlice(es)
+		}
+	}
+	t.mu.Lock()
+	var gone []types.NamespacedName
+	for id := range t.owners {
+		if _, ok := seen[id]; !ok {
+			gone = append(gone, id)
+		}
+	}
+	for id := range t.unowned {
+		if _, ok := seen[id]; !ok {
+			delete(t.unowned, id)
+		}
+	}
+	t.mu.Unlock()
+	for _, id := range gone {
+		t.deleteSlice(id)
+	}
+}
+
+// setSlice records an added or updated slice. The Tracker keeps only what it parsed from it, and which
+// Service it was recorded under, so a slice relabelled to another Service (or to none) leaves the first.
+func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
+	id := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
+	key, keyErr := sliceService(es)
+	var ps *parsedSlice
+	var problems []string
+	if keyErr == nil {
+		ps, problems = parseSlice(es, t.nodeName)
+	}
+	t.mu.Lock()
+	left := false
+	if owner, ok := t.owners[id]; ok && (keyErr != nil || owner != key) {
+		t.dropSliceLocked(id, owner)
+		left = true
+	}
+	if keyErr != nil {
+		_, reported := t.unowned[id]
+		t.unowned[id] = struct{}{}
+		t.mu.Unlock()
+		if !reported {
+			t.report.skip("EndpointSlice", id.String(), keyErr.Error())
+		}
+		if left {
+			t.onChange()
+		}
+		return
+	}
+	delete(t.unowned, id)
 	t.stats.EndpointChanges++ // like upstream, every event counts
 	bySlice := t.slices[key]
-	if ps != nil && sameParsedSlice(bySlice[obj.Name], ps) {
+	i, had := findSlice(bySlice, es.Name)
+	if ps == nil {
+		if had {
+			t.dropSliceLocked(id, key)
+			t.stats.EndpointChanges--
+		}
+		t.mu.Unlock()
+		if had || left {
+			t.onChange()
+		}
+		return
+	}
+	if had && sameParsedSlice(bySlice[i], ps) {
 		// A resync or a change to fields the proxy does not use: nothing to rebuild, the trigger time was
 		// already recorded, and the problems reported, when this content first arrived.
 		t.mu.Unlock()
+		if left {
+			t.onChange()
+		}
 		return
 	}
-	defer func() {
-		for _, p := range problems {
-			t.report.skip("EndpointSlice", obj.Namespace+"/"+obj.Name, p)
-		}
-	}()
-	if ps == nil {
-		if _, ok := bySlice[obj.Name]; !ok {
-			t.mu.Unlock()
-			return
-		}
-		delete(bySlice, obj.Name)
-		if len(bySlice) == 0 {
-			delete(t.slices, key)
-		}
+	if had {
+		bySlice = slices.Clone(bySlice)
+		bySlice[i] = ps
 	} else {
-		if bySlice == nil {
-			bySlice = map[string]*parsedSlice{}
-			t.slices[key] = bySlice
-		}
-		bySlice[obj.Name] = ps
-		if ps.triggerTime.After(t.start) {
-			t.triggers[ps.family] = append(t.triggers[ps.family], ps.triggerTime)
-		}
+		bySlice = slices.Insert(slices.Clip(bySlice), i, ps)
+	}
+	t.slices[key] = bySlice
+	t.owners[id] = key
+	if ps.triggerTime.After(t.start) {
+		t.triggers[ps.family] = append(t.triggers[ps.family], ps.triggerTime)
 	}
 	t.pending[key] = struct{}{}
 	t.epPending[key] = struct{}{}
 	t.mu.Unlock()
+	for _, p := range problems {
+		t.report.skip("EndpointSlice", id.String(), p)
+	}
 	t.onChange()
+}
+
+// findSlice returns where the slice named name is, or would be, in a list sorted by name.
+func findSlice(list []*parsedSlice, name string) (int, bool) {
+	return slices.BinarySearchFunc(list, name, func(ps *parsedSlice, n string) int { return cmpString(ps.name, n) })
+}
+
+// deleteSlice records a deleted slice.
+func (t *Tracker) deleteSlice(id types.NamespacedName) {
+	t.mu.Lock()
+	delete(t.unowned, id)
+	owner, ok := t.owners[id]
+	if ok {
+		t.dropSliceLocked(id, owner)
+	}
+	t.mu.Unlock()
+	if ok {
+		t.onChange()
+	}
+}
+
+// dropSliceLocked forgets the slice id recorded under the Service owner. Call it with mu held.
+func (t *Tracker) dropSliceLocked(id types.NamespacedName, owner serviceKey) {
+	t.stats.EndpointChanges++
+	if i, ok := findSlice(t.slices[owner], id.Name); ok {
+		if rest := slices.Delete(slices.Clone(t.slices[owner]), i, i+1); len(rest) > 0 {
+			t.slices[owner] = rest
+		} else {
+			delete(t.slices, owner)
+		}
+	}
+	delete(t.owners, id)
+	t.pending[owner] = struct{}{}
+	t.epPending[owner] = struct{}{}
 }
 
 // OnNode records this node's object (nil when deleted). A zone change recomputes every Service's endpoints.
@@ -306,16 +412,11 @@ func (t *Tracker) Snapshots() Build {
 			keys = append(keys, k)
 		}
 	}
-	// Informer objects and parsed slices are never modified once stored, so the inputs can be used after
-	// the lock is released.
+	// Service objects and slice lists are never modified once stored, so the inputs can be used after the
+	// lock is released.
 	inputs := make([]serviceInput, 0, len(keys))
 	for _, k := range keys {
-		in := serviceInput{key: k, svc: t.services[k]}
-		for _, ps := range t.slices[k] {
-			in.slices = append(in.slices, ps)
-		}
-		slices.SortFunc(in.slices, func(a, b *parsedSlice) int { return cmpString(a.name, b.name) })
-		inputs = append(inputs, in)
+		inputs = append(inputs, serviceInput{key: k, svc: t.services[k], slices: t.slices[k]})
 	}
 	node := t.node
 	triggers := t.triggers

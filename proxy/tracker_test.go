@@ -119,7 +119,8 @@ func TestTrackerChanges(t *testing.T) {
 			wantChanged:  []ServicePortName{other, web},
 			wantPorts:    map[ServicePortName][]string{web: {}, other: {"10.1.0.1:9090"}},
 			wantPending:  [2]int{0, 2},
-			wantOnChange: 2,
+			wantOnChange: 1, // leaving one Service and joining the other is one event
+
 		},
 		{
 			name:    "add then delete a slice before a sync leaves no change",
@@ -743,5 +744,73 @@ func TestTrackerSurvivesMalformedObjects(t *testing.T) {
 	}
 	if n := log.count("EndpointSlice"); n < 3 {
 		t.Errorf("only %d EndpointSlice problems reported", n)
+	}
+}
+
+// TestTrackerReplace: a relist records every listed object and deletes the ones no longer listed, the
+// slices by the Service they were recorded under (their labels are gone with them).
+func TestTrackerReplace(t *testing.T) {
+	tr, _, _ := newTestTracker(v1.IPv4Protocol)
+	other := makeService("ns", "other", "10.0.0.11", withPort("http", tcp, 80, 0))
+	tr.ReplaceServices([]*v1.Service{webService(), other})
+	otherSlice := makeSlice("ns", "other", "other-1", ipv4, []slicePortSpec{sp("http", 9090, tcp)}, epSpec{ip: "10.1.0.9"})
+	tr.ReplaceEndpointSlices([]*discovery.EndpointSlice{webSlice("web-1", "10.1.0.1"), webSlice("web-2", "10.1.0.2"), otherSlice})
+	snap := only(tr.Snapshots())
+	web, oth := spn("ns", "web", "http", tcp), spn("ns", "other", "http", tcp)
+	if got := epAddrs(snap.Services[web].Endpoints); !slices.Equal(got, []string{"10.1.0.1:8080", "10.1.0.2:8080"}) {
+		t.Fatalf("web endpoints after the first list = %v", got)
+	}
+
+	// The relist no longer has Service other, nor slice web-2.
+	tr.ReplaceServices([]*v1.Service{webService()})
+	tr.ReplaceEndpointSlices([]*discovery.EndpointSlice{webSlice("web-1", "10.1.0.1"), otherSlice})
+	snap = only(tr.Snapshots())
+	if snap.Services[oth] != nil {
+		t.Errorf("Service other survived a relist without it")
+	}
+	if got := epAddrs(snap.Services[web].Endpoints); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
+		t.Errorf("web endpoints after the relist = %v, want web-2's gone", got)
+	}
+	if s, e := tr.Pending(); s != 0 || e != 0 {
+		t.Errorf("Pending() after the snapshot = %d, %d", s, e)
+	}
+	// Relisting the same content again changes nothing.
+	tr.ReplaceServices([]*v1.Service{webService()})
+	tr.ReplaceEndpointSlices([]*discovery.EndpointSlice{webSlice("web-1", "10.1.0.1"), otherSlice})
+	if s, e := tr.Pending(); s != 0 || e != 0 {
+		t.Errorf("Pending() after an identical relist = %d, %d", s, e)
+	}
+	if changed := only(tr.Snapshots()).Changes(snap); len(changed) != 0 {
+		t.Errorf("an identical relist changed %v", changed)
+	}
+}
+
+// TestTrackerSliceLosesItsLabel: a slice whose Service label is removed leaves its Service, is reported
+// once however often it is seen again, and is forgotten when deleted.
+func TestTrackerSliceLosesItsLabel(t *testing.T) {
+	tr, changes, log := newTestTracker(v1.IPv4Protocol)
+	tr.OnService(nil, webService())
+	tr.OnEndpointSlice(nil, webSlice("web-1", "10.1.0.1"))
+	_ = tr.Snapshots()
+	before := changes.Load()
+	unlabelled := webSlice("web-1", "10.1.0.1")
+	unlabelled.Labels = nil
+	for range 3 {
+		tr.OnEndpointSlice(nil, unlabelled)
+	}
+	if got := changes.Load() - before; got != 1 {
+		t.Errorf("OnChange called %d times, want once (leaving the Service)", got)
+	}
+	if got := log.count("EndpointSlice"); got != 1 {
+		t.Errorf("reported %d times, want once", got)
+	}
+	snap := only(tr.Snapshots())
+	if got := epAddrs(snap.Services[spn("ns", "web", "http", tcp)].Endpoints); len(got) != 0 {
+		t.Errorf("web still has the unlabelled slice's endpoints %v", got)
+	}
+	tr.OnEndpointSlice(unlabelled, nil)
+	tr.OnEndpointSlice(nil, unlabelled) // seen again after its deletion: reported again
+	if got := log.count("EndpointSlice"); got != 2 {
+		t.Errorf("reported %d times, want twice", got)
 	}
 }
