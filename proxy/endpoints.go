@@ -16,10 +16,14 @@ const AnnotationLastChangeTriggerTime = "endpoints.kubernetes.io/last-change-tri
 
 // parsedSlice is an EndpointSlice reduced to what the proxy uses, parsed once when the event arrives.
 type parsedSlice struct {
-	name      string
-	family    v1.IPFamily
-	ports     []slicePort
-	endpoints []Endpoint // Port is 0: filled in per slicePort
+	name   string
+	family v1.IPFamily
+	ports  []slicePort
+	// endpoints have Port 0, filled in per slicePort, unless final is set: then the slice has one port,
+	// and endpoints are what endpointsFor would make of it alone (Port and Addr set, sorted by Addr, no
+	// duplicates), which a snapshot can share.
+	endpoints []Endpoint
+	final     bool
 	// triggerTime is the last-change-trigger-time annotation (zero when absent or unparsable).
 	triggerTime time.Time
 }
@@ -117,6 +121,21 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 		}
 		ps.endpoints = append(ps.endpoints, e)
 	}
+	if len(ps.ports) == 1 {
+		port := ps.ports[0].port
+		for i := range ps.endpoints {
+			ps.endpoints[i].Port = port
+			ps.endpoints[i].Addr = NewEndpoint(ps.endpoints[i].IP, port).Addr
+		}
+		slices.SortFunc(ps.endpoints, func(a, b Endpoint) int { return cmpString(a.Addr, b.Addr) })
+		ps.final = true
+		for i := 1; i < len(ps.endpoints); i++ {
+			if ps.endpoints[i].Addr == ps.endpoints[i-1].Addr {
+				ps.final = false // duplicates: endpointsFor resolves them
+				break
+			}
+		}
+	}
 	return ps, problems
 }
 
@@ -125,6 +144,26 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 // (same ip:port) collapses into one, a non-terminating copy winning over a terminating one. The result is
 // sorted by Addr.
 func endpointsFor(slicesOfService []*parsedSlice, family v1.IPFamily, portName string, protocol v1.Protocol) []Endpoint {
+	// The common case, one slice with this port, shares that slice's endpoints when they are final.
+	var only *parsedSlice
+	matches := 0
+	for _, ps := range slicesOfService {
+		if ps.family != family {
+			continue
+		}
+		for _, sp := range ps.ports {
+			if sp.name == portName && sp.protocol == protocol {
+				only = ps
+				matches++
+			}
+		}
+	}
+	switch {
+	case matches == 0:
+		return nil
+	case matches == 1 && only.final:
+		return only.endpoints
+	}
 	var out []Endpoint
 	seen := map[string]int{}
 	for _, ps := range slicesOfService {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,21 @@ func TestParseSlice(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, problems := parseSlice(tc.slice, tc.nodeName)
+			if got != nil && got.final {
+				// A one-port slice comes with its endpoints as a snapshot uses them; check that, then
+				// compare the facts.
+				if len(got.ports) != 1 || !slices.IsSortedFunc(got.endpoints, func(a, b Endpoint) int { return cmpString(a.Addr, b.Addr) }) {
+					t.Errorf("final parsed slice with ports %v, endpoints not sorted: %v", got.ports, epAddrs(got.endpoints))
+				}
+				for i := range got.endpoints {
+					e := &got.endpoints[i]
+					if want := NewEndpoint(e.IP, got.ports[0].port); e.Port != want.Port || e.Addr != want.Addr {
+						t.Errorf("final endpoint %v has port %d, addr %q", e.IP, e.Port, e.Addr)
+					}
+					e.Port, e.Addr = 0, ""
+				}
+				got.final = false
+			}
 			if diff := cmp.Diff(tc.want, got, netipCmp, cmp.AllowUnexported(parsedSlice{}, slicePort{})); diff != "" {
 				t.Errorf("parsed slice (-want +got):\n%s", diff)
 			}
@@ -300,6 +316,25 @@ func TestEndpointsForDoesNotAlias(t *testing.T) {
 	b := endpointsFor([]*parsedSlice{ps}, v1.IPv4Protocol, "b", v1.ProtocolTCP)
 	if a[0].Port != 80 || b[0].Port != 81 || ps.endpoints[0].Port != 0 || ps.endpoints[0].Addr != "" {
 		t.Errorf("ports leaked between merges: a=%+v b=%+v parsed=%+v", a[0], b[0], ps.endpoints[0])
+	}
+}
+
+// TestEndpointsForSharesOneSlice: the endpoints of a port served by one one-port slice are that slice's own
+// (no copy per snapshot), unless the slice lists an endpoint twice, which is merged as usual.
+func TestEndpointsForSharesOneSlice(t *testing.T) {
+	one := makeSlice("ns", "svc", "s1", discovery.AddressTypeIPv4, []slicePortSpec{sp("a", 80, v1.ProtocolTCP)},
+		epSpec{ip: "10.0.0.9"}, epSpec{ip: "10.0.0.10"})
+	ps, _ := parseSlice(one, thisNode)
+	got := endpointsFor([]*parsedSlice{ps}, v1.IPv4Protocol, "a", v1.ProtocolTCP)
+	if !slices.Equal(epAddrs(got), []string{"10.0.0.10:80", "10.0.0.9:80"}) || &got[0] != &ps.endpoints[0] {
+		t.Errorf("one one-port slice: got %v, shared %v", epAddrs(got), len(got) > 0 && &got[0] == &ps.endpoints[0])
+	}
+	dup := makeSlice("ns", "svc", "s1", discovery.AddressTypeIPv4, []slicePortSpec{sp("a", 80, v1.ProtocolTCP)},
+		epSpec{ip: "10.0.0.1", terminating: ptr(true)}, epSpec{ip: "10.0.0.1"})
+	ps, _ = parseSlice(dup, thisNode)
+	got = endpointsFor([]*parsedSlice{ps}, v1.IPv4Protocol, "a", v1.ProtocolTCP)
+	if len(got) != 1 || got[0].Terminating {
+		t.Errorf("a slice listing an endpoint twice: got %+v, want one non-terminating", got)
 	}
 }
 
