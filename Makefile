@@ -43,6 +43,7 @@ unit: lint
 FUZZTIME ?= 20s
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./config/
+	go test -run='^$$' -fuzz=FuzzRender -fuzztime=$(FUZZTIME) ./rules/iptables/
 
 deps:
 	.ci/deps.sh

@@ -16,7 +16,7 @@ import (
 // long each connect(2) took, by target: the SYN's way through the node's rules (a new connection walks the
 // nat table; later packets follow conntrack) to the pod and the SYN-ACK back. Each connection is then reset
 // (SO_LINGER 0), so no TIME_WAIT piles up. warmup rounds go first, uncounted. Failed connections are
-// counted, not timed.
+// counted, not timed (the first few logged with their error).
 func connectTimes(ns *harness.NetNS, addrs []netip.AddrPort, n, warmup int) ([][]time.Duration, []int, error) {
 	times := make([][]time.Duration, len(addrs))
 	failed := make([]int, len(addrs))
@@ -29,6 +29,9 @@ func connectTimes(ns *harness.NetNS, addrs []netip.AddrPort, n, warmup int) ([][
 				}
 				if err != nil {
 					failed[i]++
+					if failed[i] <= 3 {
+						logf("  connection %d to %s failed after %v: %v", k-warmup+1, addr, d.Round(time.Millisecond), err)
+					}
 					continue
 				}
 				times[i] = append(times[i], d)
