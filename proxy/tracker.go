@@ -221,6 +221,7 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 	t.mu.Lock()
 	left := false
 	if owner, ok := t.owners[id]; ok && (keyErr != nil || owner != key) {
+		t.stats.EndpointChanges++ // leaving counts as a deletion
 		t.dropSliceLocked(id, owner)
 		left = true
 	}
@@ -240,18 +241,20 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 	t.stats.EndpointChanges++ // like upstream, every event counts
 	bySlice := t.slices[key]
 	i, had := findSlice(bySlice, es.Name)
-	if ps == nil {
-		if had {
-			t.dropSliceLocked(id, key)
-			t.stats.EndpointChanges--
-		}
+	switch {
+	case ps == nil && !had:
 		t.mu.Unlock()
-		if had || left {
+		if left {
 			t.onChange()
 		}
 		return
-	}
-	if had && sameParsedSlice(bySlice[i], ps) {
+	case ps == nil:
+		// No longer usable (an address type the proxy does not handle): as if deleted.
+		t.dropSliceLocked(id, key)
+		t.mu.Unlock()
+		t.onChange()
+		return
+	case had && sameParsedSlice(bySlice[i], ps):
 		// A resync or a change to fields the proxy does not use: nothing to rebuild, the trigger time was
 		// already recorded, and the problems reported, when this content first arrived.
 		t.mu.Unlock()
@@ -259,11 +262,10 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 			t.onChange()
 		}
 		return
-	}
-	if had {
+	case had:
 		bySlice = slices.Clone(bySlice)
 		bySlice[i] = ps
-	} else {
+	default:
 		bySlice = slices.Insert(slices.Clip(bySlice), i, ps)
 	}
 	t.slices[key] = bySlice
@@ -280,17 +282,13 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 	t.onChange()
 }
 
-// findSlice returns where the slice named name is, or would be, in a list sorted by name.
-func findSlice(list []*parsedSlice, name string) (int, bool) {
-	return slices.BinarySearchFunc(list, name, func(ps *parsedSlice, n string) int { return cmpString(ps.name, n) })
-}
-
 // deleteSlice records a deleted slice.
 func (t *Tracker) deleteSlice(id types.NamespacedName) {
 	t.mu.Lock()
 	delete(t.unowned, id)
 	owner, ok := t.owners[id]
 	if ok {
+		t.stats.EndpointChanges++
 		t.dropSliceLocked(id, owner)
 	}
 	t.mu.Unlock()
@@ -299,9 +297,9 @@ func (t *Tracker) deleteSlice(id types.NamespacedName) {
 	}
 }
 
-// dropSliceLocked forgets the slice id recorded under the Service owner. Call it with mu held.
+// dropSliceLocked forgets the slice id recorded under the Service owner and marks that Service pending.
+// Call it with mu held.
 func (t *Tracker) dropSliceLocked(id types.NamespacedName, owner serviceKey) {
-	t.stats.EndpointChanges++
 	if i, ok := findSlice(t.slices[owner], id.Name); ok {
 		if rest := slices.Delete(slices.Clone(t.slices[owner]), i, i+1); len(rest) > 0 {
 			t.slices[owner] = rest
@@ -312,6 +310,11 @@ func (t *Tracker) dropSliceLocked(id types.NamespacedName, owner serviceKey) {
 	delete(t.owners, id)
 	t.pending[owner] = struct{}{}
 	t.epPending[owner] = struct{}{}
+}
+
+// findSlice returns where the slice named name is, or would be, in a list sorted by name.
+func findSlice(list []*parsedSlice, name string) (int, bool) {
+	return slices.BinarySearchFunc(list, name, func(ps *parsedSlice, n string) int { return cmpString(ps.name, n) })
 }
 
 // OnNode records this node's object (nil when deleted). A zone change recomputes every Service's endpoints.

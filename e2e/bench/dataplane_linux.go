@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -24,6 +25,11 @@ func connectTimes(ns *harness.NetNS, addrs []netip.AddrPort, n, warmup int) ([][
 		for k := 0; k < warmup+n; k++ {
 			for i, addr := range addrs {
 				d, err := connectOnce(addr)
+				for try := 0; errors.Is(err, unix.EINTR) && try < 5; try++ {
+					// A signal (the Go runtime's preemption, SIGURG) interrupted the blocking connect: not a
+					// failure of the path, and not a timing; connect again.
+					d, err = connectOnce(addr)
+				}
 				if k < warmup {
 					continue
 				}

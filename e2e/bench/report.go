@@ -296,6 +296,37 @@ func renderFloors(g group) string {
 	target("cold start ÷ whole-payload restore of ours' payload", metrics[0].get, whole(implOurs))
 	target("network programming p50 at minSyncPeriod 0 ÷ one-change restore over ours' rules", latency(modeFlags, 0.5),
 		func(r *RunResult) []FloorSample { return r.Floors.Change[implOurs] })
+	b.WriteString(renderConnectFloor(g))
+	return b.String()
+}
+
+// renderConnectFloor adds the data plane's floor (no rules at all) and each implementation's new-connection
+// p50 to the last-created Service over it.
+func renderConnectFloor(g group) string {
+	var floor []float64
+	for _, r := range g.Runs {
+		if c := r.Floors.Connect; c != nil && c.Samples > 0 {
+			floor = append(floor, c.P50.Seconds())
+		}
+	}
+	if len(floor) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| data-plane floor: new connections to a pod IP through a node with no rules (median) | p50 |\n|---|---|\n| no kube-proxy at all | %s |\n",
+		formatSpread(spreadOf(floor), unitSeconds))
+	for _, impl := range []string{implOurs, implUpstream} {
+		var v []float64
+		for _, r := range g.Runs {
+			c := r.Floors.Connect
+			if a, ok := dataPlane(dpLast)(r, impl); ok && c != nil && c.P50 > 0 {
+				v = append(v, a/c.P50.Seconds())
+			}
+		}
+		if len(v) > 0 {
+			fmt.Fprintf(&b, "| %s: %s ÷ that floor | %s |\n", impl, dpLast, formatRatioSpread(spreadOf(v)))
+		}
+	}
 	return b.String()
 }
 

@@ -138,6 +138,9 @@ type Floors struct {
 	// ChangeAndServices is Change plus a rewrite of the whole KUBE-SERVICES chain, over upstream's rule
 	// set: what each partial sync of upstream writes to the nat table at least.
 	ChangeAndServices []FloorSample
+	// Connect is the data plane's floor: new connections to a pod IP through a fresh node namespace with
+	// no rules at all (nil when not measured).
+	Connect *DataPlaneResult `json:",omitempty"`
 }
 
 // FloorSample is one timed restore: exec → last commit, and exec → exit.

@@ -172,7 +172,41 @@ func (b *bench) runOne(ctx context.Context, w *workload, res *RunResult) error {
 		}
 		res.Floors = f
 	}
+	if b.o.FloorReps > 0 && b.o.Connects > 0 {
+		c, err := b.connectFloor(ctx)
+		if err != nil {
+			return fmt.Errorf("data-plane floor: %w", err)
+		}
+		res.Floors.Connect = &c
+	}
 	return nil
+}
+
+// connectFloor times new connections to a pod IP from the client namespace through a fresh node that has
+// no rules at all: what a new connection costs on this host before any kube-proxy is involved.
+func (b *bench) connectFloor(ctx context.Context) (DataPlaneResult, error) {
+	quiesce(b.o.Quiesce)
+	topo, err := harness.NewTopology(ctx, 1)
+	if err != nil {
+		return DataPlaneResult{}, err
+	}
+	defer func() { _ = topo.Close() }()
+	if err := b.wireSink(ctx, topo); err != nil {
+		return DataPlaneResult{}, err
+	}
+	addr := netip.AddrPortFrom(netip.MustParseAddr(origEndpoint(0)), podPort)
+	if hits, err := harness.Hit(ctx, topo.Client, "tcp", addr.String(), 3); err != nil || hits["pod1"] != 3 {
+		return DataPlaneResult{}, fmt.Errorf("%v does not answer through a bare node: %v %s", addr, err, harness.FormatHits(hits))
+	}
+	times, failed, err := connectTimes(topo.Client, []netip.AddrPort{addr}, b.o.Connects, 20)
+	if err != nil {
+		return DataPlaneResult{}, err
+	}
+	r := DataPlaneResult{Addr: addr.String(), P50: percentile(times[0], 0.5), P90: percentile(times[0], 0.9),
+		Samples: len(times[0]), Fail: failed[0]}
+	logf("floor: new connections to a pod IP through a node with no rules: p50 %v p90 %v, %d failed",
+		r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.Fail)
+	return r, nil
 }
 
 // node is one fresh node namespace (with its pod and client namespaces), the apiserver bridged into it and
