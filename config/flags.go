@@ -227,7 +227,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Conntrack.TCPBeLiberal, "conntrack-tcp-be-liberal", f.Conntrack.TCPBeLiberal, "Set nf_conntrack_tcp_be_liberal=1 (out-of-window TCP packets are not marked INVALID).")
 	fs.DurationVar(&f.Conntrack.UDPTimeout.Duration, "conntrack-udp-timeout", f.Conntrack.UDPTimeout.Duration, "Idle timeout of UNREPLIED UDP conntrack entries (0 leaves it).")
 	fs.DurationVar(&f.Conntrack.UDPStreamTimeout.Duration, "conntrack-udp-timeout-stream", f.Conntrack.UDPStreamTimeout.Duration, "Idle timeout of ASSURED UDP conntrack entries (0 leaves it).")
-	fs.DurationVar(&f.ConfigSyncPeriod.Duration, "config-sync-period", f.ConfigSyncPeriod.Duration, "How often the informers resync from the API server. Must be greater than 0.")
+	fs.DurationVar(&f.ConfigSyncPeriod.Duration, "config-sync-period", f.ConfigSyncPeriod.Duration, "How often the watch of this Node resyncs from the API server (Services and EndpointSlices need none). Must be greater than 0.")
 
 	for _, u := range unsupportedFlags {
 		fs.Var(&rejectValue{flag: u.flag, instead: u.instead}, u.flag, "Not supported: "+u.instead)

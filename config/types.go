@@ -113,7 +113,8 @@ type KubeProxyConfiguration struct {
 	OOMScoreAdj *int32 `json:"oomScoreAdj"`
 	// Conntrack holds the conntrack sysctls set at start.
 	Conntrack ConntrackConfiguration `json:"conntrack"`
-	// ConfigSyncPeriod is the informers' resync period.
+	// ConfigSyncPeriod is the resync period of the Node informer (Services and EndpointSlices are
+	// watched without one).
 	ConfigSyncPeriod metav1.Duration `json:"configSyncPeriod"`
 
 	// PortRange is unused (it belonged to the removed userspace proxy).

@@ -78,7 +78,7 @@ type Proxy struct {
 	newConfig *config.KubeProxyConfiguration
 }
 
-// New returns a Proxy. Feed it events through Tracker (or Run, which starts informers) and start syncing
+// New returns a Proxy. Feed it events through Tracker (or Run, which starts the API watches) and start syncing
 // with Run.
 func New(o Options) *Proxy {
 	p := &Proxy{opts: o, ready: make(chan struct{}), last: map[v1.IPFamily]*Snapshot{}}
@@ -109,7 +109,7 @@ func (p *Proxy) Metrics() *Metrics { return p.metrics }
 // Health returns the health tracker whose Handler serves /healthz and /livez.
 func (p *Proxy) Health() *Health { return p.health }
 
-// Ready is closed once the informers have synced and the first sync has succeeded for every family.
+// Ready is closed once the API watches have listed everything and the first sync has succeeded for every family.
 func (p *Proxy) Ready() <-chan struct{} { return p.ready }
 
 // queue is called for every event that may change a snapshot.
@@ -168,7 +168,7 @@ func (p *Proxy) Healthy() bool {
 	return p.runner.RunningFor() < timeout && p.health.Status().Healthy
 }
 
-// Loop runs the sync loop, and the dataplanes' watchers, until ctx is done. Call it once the informers
+// Loop runs the sync loop, and the dataplanes' watchers, until ctx is done. Call it once the API watches
 // have synced.
 func (p *Proxy) Loop(ctx context.Context) {
 	for _, d := range p.opts.Dataplanes {
