@@ -87,40 +87,10 @@ func trimMeta(m metav1.ObjectMeta, keepAnnotation string) metav1.ObjectMeta {
 // informers' periodic resync: the Tracker ignores objects that did not change.
 func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
 	t := p.tracker
-	svcs := &feed{
-		set: func(o any) {
-			if s, ok := o.(*v1.Service); ok {
-				t.OnService(nil, s)
-			}
-		},
-		del: func(o any) { t.OnService(asService(o), nil) },
-		replace: func(list []any) {
-			out := make([]*v1.Service, 0, len(list))
-			for _, o := range list {
-				if s, ok := o.(*v1.Service); ok {
-					out = append(out, s)
-				}
-			}
-			t.ReplaceServices(out)
-		},
-	}
-	slices := &feed{
-		set: func(o any) {
-			if es, ok := o.(*discovery.EndpointSlice); ok {
-				t.OnEndpointSlice(nil, es)
-			}
-		},
-		del: func(o any) { t.OnEndpointSlice(asSlice(o), nil) },
-		replace: func(list []any) {
-			out := make([]*discovery.EndpointSlice, 0, len(list))
-			for _, o := range list {
-				if es, ok := o.(*discovery.EndpointSlice); ok {
-					out = append(out, es)
-				}
-			}
-			t.ReplaceEndpointSlices(out)
-		},
-	}
+	svcs := newFeed(func(s *v1.Service) { t.OnService(nil, s) }, func(s *v1.Service) { t.OnService(s, nil) },
+		t.ReplaceServices)
+	slices := newFeed(func(es *discovery.EndpointSlice) { t.OnEndpointSlice(nil, es) },
+		func(es *discovery.EndpointSlice) { t.OnEndpointSlice(es, nil) }, t.ReplaceEndpointSlices)
 	svcOpts := func(o *metav1.ListOptions) {
 		o.LabelSelector = serviceSelector
 		o.FieldSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
@@ -203,6 +173,31 @@ type feed struct {
 
 var _ cache.TransformingStore = (*feed)(nil)
 
+// newFeed returns a feed of objects of type T (anything else is ignored).
+func newFeed[T any](set, del func(T), replace func([]T)) *feed {
+	return &feed{
+		set: func(o any) {
+			if v, ok := o.(T); ok {
+				set(v)
+			}
+		},
+		del: func(o any) {
+			if v, ok := unwrap(o).(T); ok {
+				del(v)
+			}
+		},
+		replace: func(list []any) {
+			out := make([]T, 0, len(list))
+			for _, o := range list {
+				if v, ok := o.(T); ok {
+					out = append(out, v)
+				}
+			}
+			replace(out)
+		},
+	}
+}
+
 func (f *feed) Add(obj any) error {
 	o, err := trim(obj)
 	if err != nil {
@@ -239,22 +234,12 @@ func (f *feed) Resync() error { return nil }
 // the whole list.
 func (f *feed) Transformer() cache.TransformFunc { return trim }
 
-// The informers deliver tombstones on missed deletes; unwrap them.
+// The Node informer delivers tombstones on missed deletes; unwrap them.
 func unwrap(o any) any {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		return d.Obj
 	}
 	return o
-}
-
-func asService(o any) *v1.Service {
-	s, _ := unwrap(o).(*v1.Service)
-	return s
-}
-
-func asSlice(o any) *discovery.EndpointSlice {
-	s, _ := unwrap(o).(*discovery.EndpointSlice)
-	return s
 }
 
 func asNode(o any) *v1.Node {
