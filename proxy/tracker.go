@@ -9,6 +9,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
 
 type serviceKey = types.NamespacedName
@@ -219,49 +220,51 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 		ps, problems = parseSlice(es, t.nodeName)
 	}
 	t.mu.Lock()
-	left := false
+	changed := false
 	if owner, ok := t.owners[id]; ok && (keyErr != nil || owner != key) {
 		t.stats.EndpointChanges++ // leaving counts as a deletion
 		t.dropSliceLocked(id, owner)
-		left = true
+		changed = true
 	}
 	if keyErr != nil {
-		_, reported := t.unowned[id]
+		if _, reported := t.unowned[id]; !reported {
+			problems = []string{keyErr.Error()}
+		}
 		t.unowned[id] = struct{}{}
-		t.mu.Unlock()
-		if !reported {
-			t.report.skip("EndpointSlice", id.String(), keyErr.Error())
+	} else {
+		delete(t.unowned, id)
+		t.stats.EndpointChanges++ // like upstream, every event counts
+		stored := t.storeSliceLocked(id, key, ps)
+		if !stored && ps != nil {
+			problems = nil // reported when this content first arrived
 		}
-		if left {
-			t.onChange()
-		}
-		return
+		changed = stored || changed
 	}
-	delete(t.unowned, id)
-	t.stats.EndpointChanges++ // like upstream, every event counts
-	bySlice := t.slices[key]
-	i, had := findSlice(bySlice, es.Name)
-	switch {
-	case ps == nil && !had:
-		t.mu.Unlock()
-		if left {
-			t.onChange()
-		}
-		return
-	case ps == nil:
-		// No longer usable (an address type the proxy does not handle): as if deleted.
-		t.dropSliceLocked(id, key)
-		t.mu.Unlock()
+	t.mu.Unlock()
+	for _, p := range problems {
+		t.report.skip("EndpointSlice", id.String(), p)
+	}
+	if changed {
 		t.onChange()
-		return
-	case had && sameParsedSlice(bySlice[i], ps):
-		// A resync or a change to fields the proxy does not use: nothing to rebuild, the trigger time was
-		// already recorded, and the problems reported, when this content first arrived.
-		t.mu.Unlock()
-		if left {
-			t.onChange()
+	}
+}
+
+// storeSliceLocked records ps (nil: no longer usable, as if deleted) as slice id of Service key, and
+// reports whether that changed anything. Call it with mu held.
+func (t *Tracker) storeSliceLocked(id types.NamespacedName, key serviceKey, ps *parsedSlice) bool {
+	bySlice := t.slices[key]
+	i, had := findSlice(bySlice, id.Name)
+	switch {
+	case ps == nil:
+		// An address type the proxy does not handle.
+		if had {
+			t.dropSliceLocked(id, key)
 		}
-		return
+		return had
+	case had && sameParsedSlice(bySlice[i], ps):
+		// A resync or a change to fields the proxy does not use: nothing to rebuild. (Its trigger time
+		// was recorded when this content first arrived.)
+		return false
 	case had:
 		bySlice = slices.Clone(bySlice)
 		bySlice[i] = ps
@@ -275,11 +278,7 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 	}
 	t.pending[key] = struct{}{}
 	t.epPending[key] = struct{}{}
-	t.mu.Unlock()
-	for _, p := range problems {
-		t.report.skip("EndpointSlice", id.String(), p)
-	}
-	t.onChange()
+	return true
 }
 
 // deleteSlice records a deleted slice.
@@ -430,12 +429,13 @@ func (t *Tracker) Snapshots() Build {
 	t.rebuildAll = false
 	t.mu.Unlock()
 
-	for _, in := range inputs {
-		if in.svc == nil {
-			// Slices whose Service is unknown are kept (the Service may simply not have arrived yet) but
-			// proxy nothing: say so.
-			for _, ps := range in.slices {
-				t.report.skip("EndpointSlice", in.key.Namespace+"/"+ps.name, "no Service "+in.key.Name+" to proxy it for")
+	if klog.V(4).Enabled() {
+		for _, in := range inputs {
+			// Slices whose Service is unknown are kept but proxy nothing. That is normal, not a problem to
+			// report: the Service was just deleted (its slices go a moment later), has not arrived yet (the
+			// watches are independent), or belongs to another proxy (its slices carry no filtering label).
+			if in.svc == nil && len(in.slices) > 0 {
+				klog.V(4).InfoS("EndpointSlices without a Service to proxy", "service", in.key, "slices", len(in.slices))
 			}
 		}
 	}
