@@ -41,10 +41,9 @@ func newDesired() *desired {
 
 // touched records what a change of plans may have changed in the kernel state.
 type touched struct {
-	vs           map[vsKey]struct{}
-	binds        map[netip.Addr]struct{}
-	sets         [numSets]map[entry]struct{}
-	noNodeAccess bool
+	vs    map[vsKey]struct{}
+	binds map[netip.Addr]struct{}
+	sets  [numSets]map[entry]struct{}
 }
 
 func newTouched() *touched {
@@ -53,19 +52,6 @@ func newTouched() *touched {
 		t.sets[i] = map[entry]struct{}{}
 	}
 	return t
-}
-
-// empty reports that nothing was touched.
-func (t *touched) empty() bool {
-	if len(t.vs) > 0 || len(t.binds) > 0 || t.noNodeAccess {
-		return false
-	}
-	for i := range t.sets {
-		if len(t.sets[i]) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // set replaces the plan of one port (nil removes it), recording what it touched in t (which may be nil).
@@ -112,9 +98,7 @@ func (d *desired) apply(name proxy.ServicePortName, p *servicePlan, delta int, t
 		}
 	}
 	for _, e := range p.noNodeAccess {
-		if count(d.noNodeAccess, e, delta) && t != nil {
-			t.noNodeAccess = true
-		}
+		count(d.noNodeAccess, e, delta) // the rules that use these are compared whole, not tracked
 	}
 }
 

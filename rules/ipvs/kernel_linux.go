@@ -377,10 +377,12 @@ func (l *kernelLinks) delAddr(link string, a netip.Addr) error {
 }
 
 func (l *kernelLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Addr, error) {
-	skip := -1
-	if lk, err := l.link(except, true); err == nil {
-		skip = lk.Attrs().Index
+	// Without except's index its addresses (the Services') would pass for the node's own.
+	lk, err := l.link(except, true)
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s: %w", except, err)
 	}
+	skip := lk.Attrs().Index
 	list, err := l.h.AddrList(nil, nlFamily(family))
 	if err != nil {
 		return nil, err

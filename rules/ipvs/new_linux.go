@@ -32,7 +32,7 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 	if err != nil {
 		return nil, err
 	}
-	if err := Usable(ctx, c.Scheduler); err != nil {
+	if err := Usable(c.Scheduler); err != nil {
 		return nil, err
 	}
 	client, err := ipvs.New()
@@ -91,8 +91,7 @@ func conntrackMetrics(reg prometheus.Registerer) *conntrack.Metrics {
 // needed (the kernel loads them on demand when modprobe is available), and names what is missing:
 // IPVS itself (ip_vs), the scheduler (ip_vs_<scheduler>), ipsets (ip_set and the ip_set_* types), the
 // dummy link (dummy).
-func Usable(ctx context.Context, scheduler string) error {
-	_ = ctx
+func Usable(scheduler string) error {
 	if scheduler == "" {
 		scheduler = "rr"
 	}

@@ -20,7 +20,7 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 }
 
 // Usable fails: IPVS mode needs Linux.
-func Usable(ctx context.Context, scheduler string) error { return errNotLinux }
+func Usable(scheduler string) error { return errNotLinux }
 
 // Cleanup has nothing to clean up outside Linux.
 func Cleanup(ctx context.Context) error { return nil }

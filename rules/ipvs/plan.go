@@ -187,10 +187,6 @@ func (e *env) isLocal(a netip.Addr) bool {
 	return ok
 }
 
-func (e *env) equal(o *env) bool {
-	return slices.Equal(e.nodePortIPs, o.nodePortIPs) && slices.Equal(e.local, o.local)
-}
-
 // newEnv derives the env from the node's addresses of the family (in any order, duplicates allowed).
 func newEnv(cfg *Config, node *proxy.Node, addrs []netip.Addr) env {
 	var e env
