@@ -128,6 +128,11 @@ func usableRunner(ctx context.Context, backend xtables.Backend, family v1.IPFami
 // created, in every iptables backend and IP family present.
 func Cleanup(ctx context.Context) error {
 	var errs []error
+	// Mode ipvs first: its chains jump to KUBE-MARK-MASQ, which mode iptables' cleanup deletes (and the
+	// IPVS cleanup leaves a chain still in use for it).
+	if err := ipvs.Cleanup(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("ipvs: %w", err))
+	}
 	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			runner, err := usableRunner(ctx, backend, family)
@@ -141,9 +146,6 @@ func Cleanup(ctx context.Context) error {
 			}
 			klog.InfoS("Removed iptables-mode rules", "backend", backend, "ipFamily", family)
 		}
-	}
-	if err := ipvs.Cleanup(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("ipvs: %w", err))
 	}
 	return errors.Join(errs...)
 }
