@@ -50,7 +50,7 @@ func BinDir() (string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return dir, fmt.Errorf("cluster binaries missing (build them with `make e2e-bin` or `%s %s`): %w",
+		return dir, fmt.Errorf("cluster binaries missing (build them with `make cluster-bins` or `%s %s`): %w",
 			BuildScript, dir, errors.Join(missing...))
 	}
 	return dir, nil

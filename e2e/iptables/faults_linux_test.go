@@ -41,7 +41,7 @@ func flushCases(t *testing.T, backend string) {
 	b.setEndpoints(t, "web", readyEP(1), readyEP(2))
 	d := b.start("iptables:\n  syncPeriod: 2s\n  minSyncPeriod: 0s\n")
 	addr := hostPort(web.Spec.ClusterIP, svcTCP)
-	expectSpread(t, "before", hit(t, b.topo.Client, "tcp", addr, 10, harness.HitOptions{}), podNames(1, 2), nil)
+	expectSpread(t, "before", hit(t, b.topo.Client, "tcp", addr, 30, harness.HitOptions{}), podNames(1, 2), nil)
 	svc := b.svcChain("KUBE-SVC", "web", "tcp")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -134,7 +134,7 @@ func flushCases(t *testing.T, backend string) {
 				}
 			}
 			expectNoDuplicates(t, backend+" after "+c.name, saveAll(t, b.xt))
-			expectSpread(t, "after "+c.name, hit(t, b.topo.Client, "tcp", addr, 10, harness.HitOptions{}), podNames(1, 2), nil)
+			expectSpread(t, "after "+c.name, hit(t, b.topo.Client, "tcp", addr, 30, harness.HitOptions{}), podNames(1, 2), nil)
 			eventually(t, "the removal to be counted", 5*time.Second, func() (bool, string) {
 				got := removedExternally(t, d)
 				return got == before+1, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want +1", before, got)
@@ -145,7 +145,10 @@ func flushCases(t *testing.T, backend string) {
 
 func removedExternally(t testing.TB, d *harness.Daemon) float64 {
 	t.Helper()
-	v, _ := metric(metrics(t, d), "kubeproxy_iptables_rules_removed_externally_total", `ip_family="IPv4"`)
+	v, found := metric(metrics(t, d), "kubeproxy_iptables_rules_removed_externally_total", `ip_family="IPv4"`)
+	if !found {
+		t.Fatalf("no IPv4 kubeproxy_iptables_rules_removed_externally_total in /metrics")
+	}
 	return v
 }
 

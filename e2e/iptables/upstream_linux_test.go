@@ -295,7 +295,10 @@ func restoreFailures(t testing.TB, d *harness.Daemon) float64 {
 	body := metrics(t, d)
 	var sum float64
 	for _, fam := range []string{"IPv4", "IPv6"} {
-		v, _ := metric(body, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", `ip_family="`+fam+`"`)
+		v, found := metric(body, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", `ip_family="`+fam+`"`)
+		if !found && fam == "IPv4" {
+			t.Fatalf("no IPv4 kubeproxy_sync_proxy_rules_iptables_restore_failures_total in /metrics")
+		}
 		sum += v
 	}
 	return sum

@@ -12,8 +12,7 @@ type Params struct {
 
 // DaemonParams describe the daemon part of a VM run.
 type DaemonParams struct {
-	// Binary is the daemon's path in the guest; when it cannot run IPVS mode (it exits at once), the agent
-	// runs its own daemon mode (proxy.Server with rules/ipvs) instead and says so.
+	// Binary is the kube-proxy binary's path in the guest.
 	Binary string `json:"binary"`
 	// Config is the path of its configuration file in the guest.
 	Config string `json:"config"`

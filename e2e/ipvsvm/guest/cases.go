@@ -177,6 +177,15 @@ func (e *env) weights(addr string, p uint16) (map[string]uint32, error) {
 	return out, nil
 }
 
+// services lists the kernel's virtual servers (an empty dump is no error).
+func services(c ipvslib.Client) ([]ipvslib.ServiceExtended, error) {
+	list, err := c.Services()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return list, err
+}
+
 func (e *env) note(format string, args ...any) {
 	if e.detail != "" {
 		e.detail += "; "
@@ -287,7 +296,10 @@ var cases = map[string]func(*env) error{
 		}
 		// No node port on loopback (as upstream IPVS).
 		var exists bool
-		list, _ := e.ipvs.Services()
+		list, err := services(e.ipvs)
+		if err != nil {
+			return fmt.Errorf("listing virtual servers: %w", err)
+		}
 		for _, s := range list {
 			exists = exists || s.Address.IsLoopback()
 		}
@@ -351,10 +363,20 @@ var cases = map[string]func(*env) error{
 				got = append(got, vip+"->"+h.String())
 			}
 			// Both clients must land on the same server for one destination.
-			h, _ := hit("client", "tcp", addr(vip, 80), 1, dialTimeout)
-			h2, _ := hit("client2", "tcp", addr(vip, 80), 1, dialTimeout)
-			if h.String() != h2.String() {
-				return fmt.Errorf("dh sent %s from two clients to %s and %s", vip, h, h2)
+			var pods []string
+			for _, ns := range []string{"client", "client2"} {
+				h, err := hit(ns, "tcp", addr(vip, 80), 1, dialTimeout)
+				if err != nil {
+					return err
+				}
+				p, err := onePod("dh from "+ns+" to "+vip, h)
+				if err != nil {
+					return err
+				}
+				pods = append(pods, p)
+			}
+			if pods[0] != pods[1] {
+				return fmt.Errorf("dh sent %s from two clients to %s and %s", vip, pods[0], pods[1])
 			}
 		}
 		e.del("default/web2")
@@ -779,8 +801,8 @@ func graceful(e *env) error {
 	if err := e.sync(false); err != nil {
 		return err
 	}
-	if w, _ := e.weights("10.96.0.30", 80); w[podIP(2)] != 0 {
-		return fmt.Errorf("pod2 removed with a connection: weights %v, want it draining", w)
+	if w, err := e.weights("10.96.0.30", 80); err != nil || w[podIP(2)] != 0 {
+		return fmt.Errorf("pod2 removed with a connection: weights %v (%v), want it draining", w, err)
 	}
 	svc.eps = podEPs(80, 1, 2)
 	e.set(svc)
@@ -841,8 +863,8 @@ func ipv6Case(e *env) error {
 	if err := expect("IPv4 after both synced", h4, nil); err != nil {
 		return err
 	}
-	if again, _ := hit("client", "tcp", addr("fd00:96::10", 80), 2, dialTimeout); again.errs() > 0 {
-		return fmt.Errorf("IPv6 after the IPv4 full sync: %s", again)
+	if again, err := hit("client", "tcp", addr("fd00:96::10", 80), 2, dialTimeout); err != nil || again.errs() > 0 {
+		return fmt.Errorf("IPv6 after the IPv4 full sync: %s (%v)", again, err)
 	}
 	e.note("%s, node port %s", h, np)
 	return nil
@@ -863,17 +885,28 @@ func leftovers() error {
 	if err != nil {
 		return err
 	}
-	if list, _ := c.Services(); len(list) > 0 {
+	list, err := services(c)
+	if err != nil {
+		return fmt.Errorf("listing virtual servers: %w", err)
+	}
+	if len(list) > 0 {
 		left = append(left, fmt.Sprintf("%d IPVS services", len(list)))
 	}
 	if _, err := net.InterfaceByName(ipvs.DummyLink); err == nil {
 		left = append(left, "link "+ipvs.DummyLink)
 	}
-	if out, _ := shOut("ipset", "list", "-n"); strings.Contains(out, "KUBE-") {
+	out, err := shOut("ipset", "list", "-n")
+	if err != nil {
+		return fmt.Errorf("ipset list: %w", err)
+	}
+	if strings.Contains(out, "KUBE-") {
 		left = append(left, "ipsets "+strings.Join(strings.Fields(out), ","))
 	}
 	for _, cmd := range []string{"iptables-save", "ip6tables-save"} {
-		out, _ := shOut(cmd)
+		out, err := shOut(cmd)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cmd, err)
+		}
 		for _, l := range strings.Split(out, "\n") {
 			if strings.Contains(l, "KUBE-") {
 				left = append(left, cmd+": "+l)

@@ -11,42 +11,16 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	ipvslib "github.com/cloudflare/ipvs"
-	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
 
-	"kube-proxy/config"
 	"kube-proxy/e2e/ipvsvm"
-	"kube-proxy/proxy"
 	"kube-proxy/rules/ipvs"
 )
-
-// daemon is a minimal kube-proxy in IPVS mode for IPv4: what main.go does, without systemd.
-func daemon(cfgPath string) error {
-	cfg, err := config.Load(cfgPath)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	client, err := proxy.NewClient(cfg.ClientConnection, "", "kube-proxy-ipvsvm-agent")
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	dp, err := ipvs.New(ctx, cfg, v1.IPv4Protocol, cfg.HostnameOverride, reg)
-	if err != nil {
-		return err
-	}
-	srv := proxy.NewServer(cfg, client, cfg.HostnameOverride, reg, []proxy.FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: dp}})
-	return srv.Run(ctx)
-}
 
 // proc is a started daemon whose output goes to the console with a prefix.
 type proc struct {
@@ -115,9 +89,9 @@ func (p *proc) stop() {
 // daemonCase runs the daemon against the host's apiserver: the host creates a Service when asked, the
 // client must reach it through the cluster IP; the host deletes it, its virtual server must go; then the
 // daemon's --cleanup must leave nothing.
-func daemonCase(d *ipvsvm.DaemonParams) (used string, err error) {
+func daemonCase(d *ipvsvm.DaemonParams) error {
 	if err := ipvs.Cleanup(context.Background()); err != nil {
-		return used, fmt.Errorf("cleaning up before the daemon: %w", err)
+		return fmt.Errorf("cleaning up before the daemon: %w", err)
 	}
 	for _, c := range [][]string{
 		{"ip", "link", "set", "eth0", "up"},
@@ -125,26 +99,14 @@ func daemonCase(d *ipvsvm.DaemonParams) (used string, err error) {
 		{"ip", "route", "add", "default", "via", "10.0.2.2"},
 	} {
 		if err := sh(c...); err != nil {
-			return used, err
+			return err
 		}
 	}
-	binary, used := d.Binary, "the kube-proxy binary"
-	p, err := start("kube-proxy", binary, "--config", d.Config)
+	p, err := start("kube-proxy", d.Binary, "--config", d.Config)
 	if err != nil {
-		return used, err
+		return err
 	}
-	defer func() { p.stop() }()
-	// The real binary exits at once when it cannot run IPVS mode yet: use the agent's stand-in then.
-	time.Sleep(3 * time.Second)
-	if p.exited() {
-		report("NOTE", "daemon binary exited at once ("+p.lastLines()+"); running the agent's IPVS daemon instead")
-		binary, used = "", "the agent's stand-in daemon (the binary cannot run IPVS mode yet)"
-		if p, err = start("agent-daemon", ipvsvm.AgentPath, "daemon", d.Config); err != nil {
-			return used, err
-		}
-	} else {
-		report("NOTE", "daemon binary runs IPVS mode")
-	}
+	defer p.stop()
 	if err := waitFor(90*time.Second, func() error {
 		if p.exited() {
 			return errStop{fmt.Errorf("daemon exited: %s", p.lastLines())}
@@ -159,7 +121,7 @@ func daemonCase(d *ipvsvm.DaemonParams) (used string, err error) {
 		}
 		return nil
 	}); err != nil {
-		return used, fmt.Errorf("daemon not healthy: %w", err)
+		return fmt.Errorf("daemon not healthy: %w", err)
 	}
 
 	report("WAIT", "create-service")
@@ -177,25 +139,28 @@ func daemonCase(d *ipvsvm.DaemonParams) (used string, err error) {
 		}
 		return nil
 	}); err != nil {
-		return used, fmt.Errorf("the Service never answered: %w", err)
+		return fmt.Errorf("the Service never answered: %w", err)
 	}
 	h, err := hit("client", "tcp", target, 10, dialTimeout)
 	if err != nil {
-		return used, err
+		return err
 	}
 	if err := expect("the daemon's Service", h, map[string]int{"pod1": 5, "pod2": 5}); err != nil {
-		return used, err
+		return err
 	}
 	report("NOTE", "daemon's Service answered "+h.String())
 
 	report("WAIT", "delete-service")
 	c, err := ipvslib.New()
 	if err != nil {
-		return used, err
+		return err
 	}
 	vip := netip.MustParseAddr(d.ServiceIP)
 	if err := waitFor(90*time.Second, func() error {
-		list, _ := c.Services()
+		list, err := services(c)
+		if err != nil {
+			return err
+		}
 		for _, s := range list {
 			if s.Address == vip {
 				return errors.New("virtual server still there")
@@ -203,26 +168,14 @@ func daemonCase(d *ipvsvm.DaemonParams) (used string, err error) {
 		}
 		return nil
 	}); err != nil {
-		return used, fmt.Errorf("after the Service was deleted: %w", err)
+		return fmt.Errorf("after the Service was deleted: %w", err)
 	}
 	p.stop()
 
-	cleanup := []string{binary, "--cleanup"}
-	if binary == "" {
-		cleanup = nil
+	if out, err := shOut(d.Binary, "--cleanup"); err != nil {
+		return fmt.Errorf("kube-proxy --cleanup: %w: %s", err, strings.TrimSpace(out))
 	}
-	if cleanup != nil {
-		if out, err := shOut(cleanup...); err != nil {
-			report("NOTE", "kube-proxy --cleanup failed ("+strings.TrimSpace(out)+"); cleaning up with rules/ipvs")
-			cleanup = nil
-		}
-	}
-	if cleanup == nil {
-		if err := ipvs.Cleanup(context.Background()); err != nil {
-			return used, err
-		}
-	}
-	return used, leftovers()
+	return leftovers()
 }
 
 // errStop ends waitFor at once.
