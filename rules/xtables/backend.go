@@ -62,21 +62,31 @@ func Detect(ctx context.Context) (Backend, string, error) {
 	case 1:
 		return candidates[0], "only backend installed", nil
 	}
-	rules := map[Backend]int{}
-	for _, b := range candidates {
+	save := func(b Backend, args ...string) (string, error) {
 		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, command(b, v1.IPv4Protocol, "save"))
+		cmd := exec.CommandContext(ctx, command(b, v1.IPv4Protocol, "save"), args...)
 		cmd.Stdout = &out
-		if err := cmd.Run(); err != nil {
+		err := cmd.Run()
+		return out.String(), err
+	}
+	// The hints live in mangle, a small table: look there first, so that a node with many Services is not
+	// saved whole at every start.
+	for _, b := range candidates {
+		s, err := save(b, "-t", "mangle")
+		if err != nil {
 			continue // e.g. legacy tables not available in this kernel
 		}
-		s := out.String()
 		for _, h := range hintChains {
 			if strings.Contains(s, ":"+h+" ") {
 				return b, "found " + h, nil
 			}
 		}
-		rules[b] = strings.Count(s, "\n-A ")
+	}
+	rules := map[Backend]int{}
+	for _, b := range candidates {
+		if s, err := save(b); err == nil {
+			rules[b] = strings.Count(s, "\n-A ")
+		}
 	}
 	if rules[BackendNFT] != rules[BackendLegacy] {
 		if rules[BackendLegacy] > rules[BackendNFT] {
