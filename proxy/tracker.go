@@ -9,7 +9,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 )
 
 type serviceKey = types.NamespacedName
@@ -429,13 +428,12 @@ func (t *Tracker) Snapshots() Build {
 	t.rebuildAll = false
 	t.mu.Unlock()
 
-	if klog.V(4).Enabled() {
-		for _, in := range inputs {
-			// Slices whose Service is unknown are kept but proxy nothing. That is normal, not a problem to
-			// report: the Service was just deleted (its slices go a moment later), has not arrived yet (the
-			// watches are independent), or belongs to another proxy (its slices carry no filtering label).
-			if in.svc == nil && len(in.slices) > 0 {
-				klog.V(4).InfoS("EndpointSlices without a Service to proxy", "service", in.key, "slices", len(in.slices))
+	for _, in := range inputs {
+		if in.svc == nil {
+			// Slices whose Service is unknown are kept (the Service may simply not have arrived yet, or
+			// was just deleted) but proxy nothing: the issue asks for one rate-limited line and a count.
+			for _, ps := range in.slices {
+				t.report.skip("EndpointSlice", in.key.Namespace+"/"+ps.name, "no Service "+in.key.Name+" to proxy it for")
 			}
 		}
 	}
