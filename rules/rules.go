@@ -134,6 +134,11 @@ func Cleanup(ctx context.Context) error {
 	}
 	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			// Mode iptables always has rules in nat; probing a legacy table that does not exist would create it.
+			if !xtables.HasTable(backend, family, "nat") {
+				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", "no nat table")
+				continue
+			}
 			runner, err := usableRunner(ctx, backend, family)
 			if err != nil {
 				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", err.Error())

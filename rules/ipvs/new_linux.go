@@ -214,7 +214,7 @@ func Cleanup(ctx context.Context) error {
 	}
 	for _, b := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			if !xtables.Available(b, f) {
+			if !xtables.Available(b, f) || !xtables.HasTable(b, f, "") {
 				continue
 			}
 			r, err := xtables.NewRunner(b, f)
@@ -242,6 +242,9 @@ func cleanupRules(ctx context.Context, k *kernelRules, r *xtables.Runner) []erro
 	var errs []error
 	var buf bytes.Buffer
 	for _, table := range []string{"nat", "filter"} {
+		if !xtables.HasTable(r.Backend, r.Family, table) {
+			continue // saving an absent legacy table would create it
+		}
 		if err := r.Save(ctx, table, &buf); err != nil {
 			continue // the table does not exist in this backend
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -70,8 +72,12 @@ func Detect(ctx context.Context) (Backend, string, error) {
 		return out.String(), err
 	}
 	// The hints live in mangle, a small table: look there first, so that a node with many Services is not
-	// saved whole at every start.
+	// saved whole at every start. A legacy mangle table that does not exist holds no hint, and saving it
+	// would create it.
 	for _, b := range candidates {
+		if !HasTable(b, v1.IPv4Protocol, "mangle") {
+			continue
+		}
 		s, err := save(b, "-t", "mangle")
 		if err != nil {
 			continue // e.g. legacy tables not available in this kernel
@@ -84,6 +90,7 @@ func Detect(ctx context.Context) (Backend, string, error) {
 	}
 	rules := map[Backend]int{}
 	for _, b := range candidates {
+		// Without -t, iptables-legacy-save prints only the tables that exist.
 		if s, err := save(b); err == nil {
 			rules[b] = strings.Count(s, "\n-A ")
 		}
@@ -99,4 +106,35 @@ func Detect(ctx context.Context) (Backend, string, error) {
 		return BackendLegacy, "system default iptables", nil
 	}
 	return BackendNFT, "system default iptables", nil
+}
+
+// HasTable reports whether backend b has table ("nat", "filter", ...; "" for any) for family in this
+// network namespace, so that there can be rules in it. For iptables-nft it is always true: its tools never
+// create a table by reading it. For iptables-legacy it reads /proc/net/ip_tables_names (ip6_tables_names):
+// the legacy tools create every table they read or delete from, and once one exists every iptables-nft
+// command on the node warns "iptables-legacy tables present". Code that looks at a backend the node may
+// not use asks here first.
+func HasTable(b Backend, family v1.IPFamily, table string) bool {
+	if b != BackendLegacy {
+		return true
+	}
+	names := legacyTables(family)
+	if table == "" {
+		return len(names) > 0
+	}
+	return slices.Contains(names, table)
+}
+
+// legacyTables lists the x_tables tables of family that exist in this network namespace (none when the
+// ip_tables module is not loaded).
+func legacyTables(family v1.IPFamily) []string {
+	file := "/proc/net/ip_tables_names"
+	if family == v1.IPv6Protocol {
+		file = "/proc/net/ip6_tables_names"
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
 }

@@ -70,3 +70,56 @@ func TestListChains(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectLeavesLegacyAlone checks that picking the backend on a node whose rules are in nf_tables, with
+// no hint chain, creates no legacy table: once one exists, every iptables-nft command warns that legacy
+// tables are present. It also checks HasTable against the kernel's own list.
+func TestDetectLeavesLegacyAlone(t *testing.T) {
+	if os.Getenv("KP_IN_NETNS") != "1" {
+		inNetNS(t, "TestDetectLeavesLegacyAlone")
+		return
+	}
+	ctx := context.Background()
+	nft, err := NewRunner(BackendNFT, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nft.Restore(ctx, []byte("*nat\n:KUBE-SERVICES - [0:0]\n-A KUBE-SERVICES -j RETURN\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if HasTable(BackendLegacy, f, "") {
+			t.Fatalf("a fresh namespace has legacy %s tables: %v", f, legacyTables(f))
+		}
+		if !HasTable(BackendNFT, f, "mangle") {
+			t.Errorf("HasTable(nft, %s, mangle) = false, want true", f)
+		}
+	}
+	b, why, err := Detect(ctx)
+	if err != nil || b != BackendNFT {
+		t.Fatalf("Detect = %s (%s), %v; want nft", b, why, err)
+	}
+	if got := legacyTables(v1.IPv4Protocol); len(got) != 0 {
+		t.Errorf("Detect created legacy tables %v", got)
+	}
+	out, err := exec.Command("iptables-nft-save", "-t", "nat").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "Warning") {
+		t.Errorf("iptables-nft-save after Detect: %v\n%s", err, out)
+	}
+
+	// A legacy table that exists is seen, and only that one.
+	legacy, err := NewRunner(BackendLegacy, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := legacy.Restore(ctx, []byte("*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !HasTable(BackendLegacy, v1.IPv4Protocol, "mangle") || HasTable(BackendLegacy, v1.IPv4Protocol, "nat") ||
+		!HasTable(BackendLegacy, v1.IPv4Protocol, "") {
+		t.Errorf("legacy tables %v: HasTable disagrees", legacyTables(v1.IPv4Protocol))
+	}
+	if b, why, err := Detect(ctx); err != nil || b != BackendLegacy {
+		t.Errorf("with a legacy hint, Detect = %s (%s), %v; want legacy", b, why, err)
+	}
+}
