@@ -62,6 +62,7 @@ func TestHardWay(t *testing.T) {
 			if code, body, err := l.get(10256, "/healthz"); err != nil || code != http.StatusOK {
 				t.Errorf("right after enable --now, /healthz: %d %v %s", code, err, body)
 			}
+			l.noLegacyTables("right after enable --now")
 			status := l.prop("StatusText")
 			if !strings.HasPrefix(status, "Proxying ") || !strings.Contains(status, "node lab") {
 				t.Errorf("StatusText = %q, want our status line", status)
@@ -154,6 +155,7 @@ func TestHardWay(t *testing.T) {
 
 			// The guide's uninstall: the rules go with --cleanup, the files and the unit with the rest.
 			l.must(blocks["uninstall"])
+			l.noLegacyTables("after the guide's uninstall")
 			if nat := l.natRules(); strings.Contains(nat, "KUBE-") {
 				t.Errorf("KUBE- chains left after the guide's uninstall:\n%s", nat)
 			}

@@ -331,10 +331,21 @@ func field(obj map[string]any, path string) any {
 	return cur
 }
 
-// natRules returns the machine's nat table as iptables-save prints it.
+// natRules returns the machine's nat table as iptables-save prints it (its standard output only: a warning
+// on standard error would otherwise land inside a rule's line).
 func (l *lab) natRules() string {
 	l.t.Helper()
-	return l.must("iptables-save -t nat")
+	return l.must("iptables-save -t nat 2>/dev/null")
+}
+
+// noLegacyTables fails the test when the machine, whose rules are in nf_tables, has x_tables tables: reading
+// a legacy table creates it, and from then on every iptables command there warns "iptables-legacy tables
+// present".
+func (l *lab) noLegacyTables(when string) {
+	l.t.Helper()
+	if out := l.must("cat /proc/net/ip_tables_names /proc/net/ip6_tables_names 2>/dev/null || true"); strings.TrimSpace(out) != "" {
+		l.t.Errorf("%s: legacy iptables tables exist: %q", when, strings.Fields(out))
+	}
 }
 
 // journal returns kube-proxy's journal (messages only) since the machine booted.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -29,16 +30,16 @@ WantedBy=multi-user.target
 // lastSync matches upstream's metric once its first sync is done (with or without an ip_family label).
 var lastSync = regexp.MustCompile(`(?m)^kubeproxy_sync_proxy_rules_last_timestamp_seconds(\{[^}]*\})? [1-9]`)
 
-// serviceChains returns the sorted KUBE-SVC/KUBE-SEP chains whose rules carry comment, and how many rules
+// serviceChains returns the sorted KUBE-SVC/KUBE-SEP chains whose rules carry comment, and the rules that
 // carry it: what must be the same whichever kube-proxy wrote the table.
-func serviceChains(nat, comment string) (chains []string, rules int) {
+func serviceChains(nat, comment string) (chains, rules []string) {
 	seen := map[string]bool{}
 	chain := regexp.MustCompile(`KUBE-(SVC|SEP)-[A-Z0-9]{16}`)
 	for _, line := range strings.Split(nat, "\n") {
 		if !strings.HasPrefix(line, "-A ") || !strings.Contains(line, comment) {
 			continue
 		}
-		rules++
+		rules = append(rules, line)
 		for _, c := range chain.FindAllString(line, -1) {
 			seen[c] = true
 		}
@@ -47,6 +48,7 @@ func serviceChains(nat, comment string) (chains []string, rules int) {
 		chains = append(chains, c)
 	}
 	sort.Strings(chains)
+	sort.Strings(rules)
 	return chains, rules
 }
 
@@ -92,9 +94,9 @@ func TestSwitchUpstream(t *testing.T) {
 			sameRules := func(who string) {
 				t.Helper()
 				chains, rules := serviceChains(l.natRules(), svc.Comment())
-				if !cmpStrings(chains, wantChains) || rules != wantRules {
-					t.Errorf("after %s: chains %v with %d rules for %s, want upstream's %v with %d", who, chains, rules,
-						svc.Comment(), wantChains, wantRules)
+				if !slices.Equal(chains, wantChains) || !slices.Equal(rules, wantRules) {
+					t.Errorf("after %s: chains %v with these rules for %s:\n%s\nwant upstream's %v with\n%s", who, chains,
+						svc.Comment(), strings.Join(rules, "\n"), wantChains, strings.Join(wantRules, "\n"))
 				}
 			}
 
@@ -109,6 +111,7 @@ func TestSwitchUpstream(t *testing.T) {
 				t.Errorf("after switching, StatusText = %q", s)
 			}
 			sameRules("switching to ours")
+			l.noLegacyTables("after switching to ours")
 
 			// And back.
 			r = l.run(blocks["switch-back"])
@@ -127,16 +130,4 @@ func TestSwitchUpstream(t *testing.T) {
 		})
 	}
 	logMeasurements(t, ms)
-}
-
-func cmpStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
