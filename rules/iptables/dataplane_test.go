@@ -3,6 +3,7 @@ package iptables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -27,6 +28,7 @@ import (
 type fakeKernel struct {
 	ts          *iptrace.Tables
 	failRestore error
+	failAfter   int   // with failRestore: this many restores still succeed first
 	failCheck   error // RuleExists fails, as `iptables -C` may while someone else rewrites the table
 	payloads    []string
 }
@@ -35,7 +37,10 @@ func newFakeKernel() *fakeKernel { return &fakeKernel{ts: iptrace.New(false)} }
 
 func (f *fakeKernel) Restore(_ context.Context, payload []byte) error {
 	if f.failRestore != nil {
-		return f.failRestore
+		if f.failAfter == 0 {
+			return f.failRestore
+		}
+		f.failAfter--
 	}
 	f.payloads = append(f.payloads, string(payload))
 	return f.ts.Restore(payload, iptrace.RestoreOptions{NoFlush: true})
@@ -613,5 +618,50 @@ func TestDataplaneChunkedWrite(t *testing.T) {
 	}
 	if got, want := k.ts.SaveAll(), fullRenderState(t, plain, next); got != want {
 		t.Fatalf("after recovery:\n%.2000s", diffLines(want, got))
+	}
+}
+
+// TestDataplaneChunkFailureKeepsMasquerade: when a chunked full sync after a masqueradeBit change fails
+// part way, the mark KUBE-MARK-MASQ sets and the one KUBE-POSTROUTING masquerades are still the same, so
+// traffic that needs SNAT gets it whichever chains were rewritten.
+func TestDataplaneChunkFailureKeepsMasquerade(t *testing.T) {
+	ctx := context.Background()
+	snap := bigSnapshot(400, 3)
+	masqueraded := func(k *fakeKernel, when string) {
+		t.Helper()
+		for _, ip := range []string{"10.96.0.1", "10.96.1.150"} { // the first and the last port's chunk
+			res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("10.250.0.2"), Dst: netip.MustParseAddr(ip),
+				Protocol: "tcp", DPort: 80, InIface: "eth0", LocalAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.10")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Outcomes) == 0 {
+				t.Fatalf("%s: no outcome for %s", when, ip)
+			}
+			for _, o := range res.Outcomes {
+				if o.Verdict != "ACCEPT" || !o.Masquerade {
+					t.Errorf("%s: a connection from outside the cluster to %s: %s via %s, masqueraded %v, mark %#x",
+						when, ip, o.Verdict, o.Endpoint, o.Masquerade, o.Mark)
+				}
+			}
+		}
+	}
+	for failAfter := 0; failAfter < 5; failAfter++ {
+		k := newFakeKernel()
+		cfg := v4Config()
+		cfg.ChunkLines = 500
+		dp, _ := newTestDataplane(t, k, cfg)
+		if err := dp.Apply(ctx, snap, true); err != nil {
+			t.Fatal(err)
+		}
+		masqueraded(k, "bit 14")
+		// A restart with another masqueradeBit, whose first sync fails after failAfter transactions.
+		cfg.MasqueradeBit = 13
+		dp, _ = newTestDataplane(t, k, cfg)
+		k.failRestore, k.failAfter = errors.New("boom"), failAfter
+		if err := dp.Apply(ctx, snap, true); err == nil {
+			t.Fatalf("Apply succeeded although transaction %d failed", failAfter+1)
+		}
+		masqueraded(k, fmt.Sprintf("bit 13, transaction %d failed", failAfter+1))
 	}
 }

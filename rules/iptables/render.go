@@ -467,8 +467,9 @@ func (r *Renderer) single(natShared []*chainOut) {
 
 // chunked rewrites r.out, which holds the filter table so far, as several transactions: iptables-nft
 // restores one big --noflush transaction in time that grows faster than its size (10k Services: ~55 s in
-// one, under 3 s in chunks of ~2,500 rules here). KUBE-MARK-MASQ first (the ports' chains jump to it),
-// then the ports' own chains, a few hundred ports at a time (a port's chains only refer to each other,
+// one, under 3 s in chunks of ~2,500 rules here). KUBE-MARK-MASQ and KUBE-POSTROUTING first, together
+// (the ports' chains jump to the one, and the mark it sets must be the one the other masquerades), then the
+// ports' own chains, a few hundred ports at a time (a port's chains only refer to each other,
 // and nothing refers to them until the shared chains are written), then the filter table and the shared
 // nat chains that jump to the ports, and the deletion of stale chains. Each transaction is atomic; a failure
 // part way leaves working rules (ports rewritten or not, the old dispatch) and makes the next sync full.
@@ -478,14 +479,26 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 	res.Chunks = res.Chunks[:0]
 	var bounds []int
 	cut := func() { bounds = append(bounds, len(r.out)) }
+	first := func(c *chainOut) bool { return c.write && (c.name == chainMarkMasq || c.name == chainPostrouting) }
+	r.ownScratch = r.ownScratch[:0]
 	for _, c := range natShared {
-		if c.write && c.name == chainMarkMasq {
-			r.out = append(r.out, "*nat\n"...)
-			r.out = appendChainLine(r.out, c.name)
-			r.out = append(r.out, c.w.b...)
-			r.out = append(r.out, "COMMIT\n"...)
-			cut()
+		if first(c) {
+			r.ownScratch = append(r.ownScratch, c.name)
 		}
+	}
+	if len(r.ownScratch) > 0 {
+		slices.Sort(r.ownScratch)
+		r.out = append(r.out, "*nat\n"...)
+		for _, c := range r.ownScratch {
+			r.out = appendChainLine(r.out, c)
+		}
+		for _, c := range natShared {
+			if first(c) {
+				r.out = append(r.out, c.w.b...)
+			}
+		}
+		r.out = append(r.out, "COMMIT\n"...)
+		cut()
 	}
 	for i := 0; i < len(r.spans); {
 		j, lines := i, 0
@@ -510,7 +523,7 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 	r.out = append(r.out, filter...)
 	r.ownScratch = r.ownScratch[:0]
 	for _, c := range natShared {
-		if c.write && c.name != chainMarkMasq {
+		if c.write && !first(c) {
 			r.ownScratch = append(r.ownScratch, c.name)
 		}
 	}
@@ -522,7 +535,7 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 			r.out = appendChainLine(r.out, c)
 		}
 		for _, c := range natShared {
-			if c.write && c.name != chainMarkMasq {
+			if c.write && !first(c) {
 				r.out = append(r.out, c.w.b...)
 			}
 		}
