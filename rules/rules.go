@@ -56,7 +56,7 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 	ctMetrics := conntrack.NewMetrics(reg)
 	var out []proxy.FamilyDataplane
 	for i, family := range families(cfg) {
-		runner, err := usableRunner(ctx, backend, family)
+		runner, err := xtables.UsableRunner(backend, family)
 		if err != nil {
 			if i == 0 {
 				return nil, err
@@ -106,23 +106,6 @@ func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName s
 	return out, nil
 }
 
-// usableRunner returns a runner for backend and family after checking that its tools can read the kernel
-// (ip6tables fails where IPv6 is disabled).
-func usableRunner(ctx context.Context, backend xtables.Backend, family v1.IPFamily) (*xtables.Runner, error) {
-	if !xtables.Available(backend, family) {
-		return nil, fmt.Errorf("%s tools for %s are not installed", backend, family)
-	}
-	runner, err := xtables.NewRunner(backend, family)
-	if err != nil {
-		return nil, err
-	}
-	// One built-in chain, not a save of the table: that would print every rule of a big node.
-	if ok, err := runner.ChainExists("nat", "POSTROUTING"); err != nil || !ok {
-		return nil, fmt.Errorf("%s %s does not work here: the nat table is not usable (%v)", backend, family, err)
-	}
-	return runner, nil
-}
-
 // Cleanup removes every chain, rule, IPVS service, ipset and dummy link this daemon or upstream kube-proxy
 // created, in every iptables backend and IP family present.
 func Cleanup(ctx context.Context) error {
@@ -139,7 +122,7 @@ func Cleanup(ctx context.Context) error {
 				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", "no nat table")
 				continue
 			}
-			runner, err := usableRunner(ctx, backend, family)
+			runner, err := xtables.UsableRunner(backend, family)
 			if err != nil {
 				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", err.Error())
 				continue

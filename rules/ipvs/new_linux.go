@@ -35,17 +35,19 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 	if err := Usable(c.Scheduler); err != nil {
 		return nil, err
 	}
-	client, err := ipvs.New()
-	if err != nil {
-		return nil, fmt.Errorf("connecting to IPVS: %w", err)
-	}
 	backend, why, err := xtables.Detect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	runner, err := xtables.NewRunner(backend, family)
+	// Masquerading and filtering still go through iptables: a family whose iptables does not work (IPv6
+	// disabled, say) cannot run, and the caller goes single-stack.
+	runner, err := xtables.UsableRunner(backend, family)
 	if err != nil {
 		return nil, err
+	}
+	client, err := ipvs.New()
+	if err != nil {
+		return nil, fmt.Errorf("connecting to IPVS: %w", err)
 	}
 	klog.InfoS("IPVS mode", "ipFamily", family, "node", nodeName, "scheduler", c.Scheduler,
 		"iptablesBackend", backend, "reason", why)
@@ -53,6 +55,7 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 	// open and close one per request, which dominates syncs of thousands of objects.
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER)
 	if err != nil {
+		closeClient(client)
 		return nil, fmt.Errorf("opening netlink sockets: %w", err)
 	}
 	k := kernel{
@@ -67,7 +70,13 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 	if reg != nil {
 		cl = conntrack.NewCleaner(family, conntrackMetrics(reg))
 	}
-	return newDataplane(ctx, c, k, cl, reg, opts...)
+	d, err := newDataplane(ctx, c, k, cl, reg, opts...)
+	if err != nil {
+		closeClient(client)
+		h.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 var (

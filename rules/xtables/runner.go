@@ -39,6 +39,23 @@ func NewRunner(b Backend, family v1.IPFamily) (*Runner, error) {
 		restore: command(b, family, "restore"), save: command(b, family, "save")}, nil
 }
 
+// UsableRunner returns a Runner for backend and family after checking that its tools are installed and
+// can read the kernel (ip6tables fails where IPv6 is disabled, or without the ip6 nat table).
+func UsableRunner(b Backend, family v1.IPFamily) (*Runner, error) {
+	if !Available(b, family) {
+		return nil, fmt.Errorf("%s tools for %s are not installed", b, family)
+	}
+	r, err := NewRunner(b, family)
+	if err != nil {
+		return nil, err
+	}
+	// One built-in chain, not a save of the table: that would print every rule of a big node.
+	if ok, err := r.ChainExists("nat", "POSTROUTING"); err != nil || !ok {
+		return nil, fmt.Errorf("%s %s does not work here: the nat table is not usable (%v)", b, family, err)
+	}
+	return r, nil
+}
+
 // Restore feeds payload to iptables-restore --noflush, waiting for the xtables lock. The tables in the
 // payload are each committed atomically: on failure the kernel keeps what it had.
 func (r *Runner) Restore(ctx context.Context, payload []byte) error {
