@@ -128,11 +128,25 @@ func (p *Proxy) SetSyncPeriods(syncPeriod, minSyncPeriod time.Duration) {
 }
 
 // Reconfigure hands a reloaded configuration to the dataplanes and waits for the full sync that applies it.
+// An error for which IsRefused is true means a dataplane refused the configuration; any other error is a
+// failure of that sync, with the new configuration in force and the sync retried as after any failure.
 func (p *Proxy) Reconfigure(ctx context.Context, cfg *config.KubeProxyConfiguration) error {
 	p.mu.Lock()
 	p.newConfig = cfg
 	p.mu.Unlock()
 	return p.runner.SyncNow(ctx, true)
+}
+
+// refusedError is a reloaded configuration that a dataplane did not accept.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// IsRefused reports whether err, from Reconfigure, says a dataplane refused the configuration.
+func IsRefused(err error) bool {
+	var r *refusedError
+	return errors.As(err, &r)
 }
 
 // reconfigure applies a pending configuration to every dataplane that takes one.
@@ -152,7 +166,10 @@ func (p *Proxy) reconfigure() error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return &refusedError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 // SyncNow runs a sync (full if asked) and waits for it, e.g. to make a reload take effect before it is

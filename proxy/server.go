@@ -198,8 +198,11 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 	}
 	syncPeriod, minSyncPeriod := next.SyncPeriods()
 	s.Proxy.SetSyncPeriods(syncPeriod, minSyncPeriod)
-	if err := s.Proxy.Reconfigure(ctx, next); err != nil {
-		// The dataplanes keep what they had; sync periods and verbosity are harmless to keep.
+	err := s.Proxy.Reconfigure(ctx, next)
+	if IsRefused(err) {
+		// The dataplanes keep what they had; so do the sync loop and the log.
+		_ = setVerbosity(int(cur.Logging.Verbosity))
+		s.Proxy.SetSyncPeriods(cur.SyncPeriods())
 		return fail("invalid", err.Error())
 	}
 	s.mu.Lock()
@@ -209,6 +212,12 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 	res.Message = "changed: " + strings.Join(live, ", ")
 	if len(live) == 0 {
 		res.Message = "no changes"
+	}
+	if err != nil {
+		// In force, but not in the kernel yet: the sync is retried like any failed one, and /healthz
+		// tells when it keeps failing.
+		res.Message += "; the sync that applies it failed and is retried: " + err.Error()
+		klog.ErrorS(err, "Configuration reloaded, but the sync that applies it failed; retrying", "generation", res.Generation)
 	}
 	if len(s.FlagOverrides) > 0 {
 		// A flag on the command line beats the file, at start and on every reload alike.

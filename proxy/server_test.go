@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kube-proxy/config"
+)
+
+// reconfigDataplane is a fakeDataplane that takes reloaded configurations, or refuses them.
+type reconfigDataplane struct {
+	*fakeDataplane
+	mu       sync.Mutex
+	refuse   error
+	accepted []*config.KubeProxyConfiguration
+}
+
+func (d *reconfigDataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refuse != nil {
+		return d.refuse
+	}
+	d.accepted = append(d.accepted, cfg)
+	return nil
+}
+
+// reloadBed is a Server with one reconfigurable IPv4 dataplane, its loop running and its first sync done.
+type reloadBed struct {
+	s         *Server
+	dp        *reconfigDataplane
+	verbosity []int // every setVerbosity call
+}
+
+func newReloadBed(t *testing.T) *reloadBed {
+	t.Helper()
+	b := &reloadBed{dp: &reconfigDataplane{fakeDataplane: newFakeDataplane()}}
+	b.s = NewServer(config.Default(), nil, thisNode, prometheus.NewRegistry(),
+		[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: b.dp}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { b.s.Proxy.Loop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "the first sync", func() bool { return len(b.dp.snapshotCalls()) > 0 })
+	return b
+}
+
+func (b *reloadBed) reload(t *testing.T, next *config.KubeProxyConfiguration) ReloadResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return b.s.Reload(ctx, next, nil, func(v int) error { b.verbosity = append(b.verbosity, v); return nil })
+}
+
+// changed returns a config with live changes only: masqueradeAll, sync periods and verbosity.
+func changed() *config.KubeProxyConfiguration {
+	c := config.Default()
+	c.IPTables.MasqueradeAll = true
+	c.IPTables.SyncPeriod = metav1.Duration{Duration: 7 * time.Second}
+	c.IPTables.MinSyncPeriod = metav1.Duration{Duration: 0}
+	c.Logging.Verbosity = 4
+	return c
+}
+
+func (b *reloadBed) intervals() (minInterval, maxInterval time.Duration) {
+	r := b.s.Proxy.runner
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.minInterval, r.maxInterval
+}
+
+// TestReloadRefusedKeepsEverything: a configuration a dataplane refuses leaves all of the running one in
+// force: the dataplanes', the sync periods, the log verbosity and what /configz shows.
+func TestReloadRefusedKeepsEverything(t *testing.T) {
+	b := newReloadBed(t)
+	cur := b.s.Config()
+	min0, max0 := b.intervals()
+	b.dp.refuse = errors.New("ipvs.scheduler mh is not usable")
+	res := b.reload(t, changed())
+	if res.Result != "invalid" || !strings.Contains(res.Message, "not usable") {
+		t.Fatalf("Reload = %+v, want invalid naming the refusal", res)
+	}
+	if b.s.Config() != cur {
+		t.Error("the refused configuration is in force")
+	}
+	if minI, maxI := b.intervals(); minI != min0 || maxI != max0 {
+		t.Errorf("sync intervals %v/%v after the refusal, want the running %v/%v", minI, maxI, min0, max0)
+	}
+	if n := len(b.verbosity); n == 0 || b.verbosity[n-1] != int(cur.Logging.Verbosity) {
+		t.Errorf("verbosity calls %v: the running verbosity %d is not back", b.verbosity, cur.Logging.Verbosity)
+	}
+}
+
+// TestReloadSyncFailureIsStillApplied: when the dataplanes take a configuration but the sync that writes
+// it fails, the reload is reported applied (it is in force and the sync is retried), with the failure in
+// its message, not as an invalid configuration.
+func TestReloadSyncFailureIsStillApplied(t *testing.T) {
+	b := newReloadBed(t)
+	b.dp.setFail(errors.New("iptables-restore: exit status 4"))
+	next := changed()
+	res := b.reload(t, next)
+	if res.Result != "applied" || !strings.Contains(res.Message, "failed and is retried") ||
+		!strings.Contains(res.Message, "exit status 4") {
+		t.Fatalf("Reload = %+v, want applied with the sync failure in the message", res)
+	}
+	if b.s.Config() != next {
+		t.Error("the accepted configuration is not the one in force")
+	}
+	if len(b.dp.accepted) != 1 || b.dp.accepted[0] != next {
+		t.Errorf("the dataplane accepted %d configurations", len(b.dp.accepted))
+	}
+	if minI, maxI := b.intervals(); minI != 0 || maxI != 7*time.Second {
+		t.Errorf("sync intervals %v/%v, want the new 0s/7s", minI, maxI)
+	}
+	// Once the kernel works again the retry applies it.
+	b.dp.setFail(nil)
+	eventually(t, "the retried sync", func() bool {
+		calls := b.dp.snapshotCalls()
+		return calls[len(calls)-1].err == nil
+	})
+}
