@@ -480,24 +480,7 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 	var bounds []int
 	cut := func() { bounds = append(bounds, len(r.out)) }
 	first := func(c *chainOut) bool { return c.write && (c.name == chainMarkMasq || c.name == chainPostrouting) }
-	r.ownScratch = r.ownScratch[:0]
-	for _, c := range natShared {
-		if first(c) {
-			r.ownScratch = append(r.ownScratch, c.name)
-		}
-	}
-	if len(r.ownScratch) > 0 {
-		slices.Sort(r.ownScratch)
-		r.out = append(r.out, "*nat\n"...)
-		for _, c := range r.ownScratch {
-			r.out = appendChainLine(r.out, c)
-		}
-		for _, c := range natShared {
-			if first(c) {
-				r.out = append(r.out, c.w.b...)
-			}
-		}
-		r.out = append(r.out, "COMMIT\n"...)
+	if r.sharedTransaction(natShared, first, nil) {
 		cut()
 	}
 	for i := 0; i < len(r.spans); {
@@ -521,27 +504,7 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 		i = j
 	}
 	r.out = append(r.out, filter...)
-	r.ownScratch = r.ownScratch[:0]
-	for _, c := range natShared {
-		if c.write && !first(c) {
-			r.ownScratch = append(r.ownScratch, c.name)
-		}
-	}
-	r.ownScratch = append(r.ownScratch, r.stale...)
-	if len(r.ownScratch) > 0 {
-		slices.Sort(r.ownScratch)
-		r.out = append(r.out, "*nat\n"...)
-		for _, c := range r.ownScratch {
-			r.out = appendChainLine(r.out, c)
-		}
-		for _, c := range natShared {
-			if c.write && !first(c) {
-				r.out = append(r.out, c.w.b...)
-			}
-		}
-		r.out = appendDeletes(r.out, r.stale)
-		r.out = append(r.out, "COMMIT\n"...)
-	}
+	r.sharedTransaction(natShared, func(c *chainOut) bool { return c.write && !first(c) }, r.stale)
 	cut()
 	start := 0
 	for _, b := range bounds {
@@ -550,6 +513,34 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 		}
 		start = b
 	}
+}
+
+// sharedTransaction appends to r.out a nat transaction that rewrites the shared chains pick selects and
+// deletes the chains in deletes; it appends nothing, and returns false, when there is neither.
+func (r *Renderer) sharedTransaction(natShared []*chainOut, pick func(*chainOut) bool, deletes []string) bool {
+	r.ownScratch = r.ownScratch[:0]
+	for _, c := range natShared {
+		if pick(c) {
+			r.ownScratch = append(r.ownScratch, c.name)
+		}
+	}
+	r.ownScratch = append(r.ownScratch, deletes...)
+	if len(r.ownScratch) == 0 {
+		return false
+	}
+	slices.Sort(r.ownScratch)
+	r.out = append(r.out, "*nat\n"...)
+	for _, c := range r.ownScratch {
+		r.out = appendChainLine(r.out, c)
+	}
+	for _, c := range natShared {
+		if pick(c) {
+			r.out = append(r.out, c.w.b...)
+		}
+	}
+	r.out = appendDeletes(r.out, deletes)
+	r.out = append(r.out, "COMMIT\n"...)
+	return true
 }
 
 func appendDeletes(b []byte, chains []string) []byte {
