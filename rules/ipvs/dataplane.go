@@ -239,7 +239,8 @@ func (d *Dataplane) setTimeouts() error {
 }
 
 // Reconfigure takes a reloaded configuration; the next Apply is full and applies it. A scheduler the
-// kernel does not have is an error, and the old configuration stays.
+// kernel does not have, or a sysctl or IPVS timeout the kernel refuses, is an error, and the old
+// configuration stays.
 func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 	c, err := NewConfig(cfg, d.family)
 	if err != nil {
@@ -252,12 +253,19 @@ func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 			return fmt.Errorf("ipvs.scheduler %s is not usable (module ip_vs_%s): %w", c.Scheduler, c.Scheduler, err)
 		}
 	}
+	old := d.cfg
 	d.cfg = c
-	d.needFull = true
-	if err := d.setSysctls(); err != nil {
+	err = d.setSysctls()
+	if err == nil {
+		err = d.setTimeouts()
+	}
+	if err != nil {
+		// Refused as a whole: the rules keep being written from the running configuration.
+		d.cfg = old
 		return err
 	}
-	return d.setTimeouts()
+	d.needFull = true
+	return nil
 }
 
 // Apply makes the kernel match snap. A full Apply reads the kernel's state and repairs every difference;

@@ -356,6 +356,18 @@ func TestReconfigure(t *testing.T) {
 	if got := k.ipvs.vs[key(protoTCP, "10.96.0.10:80")].scheduler; got != "sh" {
 		t.Errorf("scheduler after a refused reload = %q, want sh kept", got)
 	}
+	// Timeouts the kernel refuses: the whole reload is refused, the scheduler included.
+	kp.IPVS.Scheduler = "lc"
+	kp.IPVS.TCPTimeout.Duration = 600 * time.Second
+	k.ipvs.failTimeouts = errors.New("invalid argument")
+	if err := d.Reconfigure(kp); err == nil || !strings.Contains(err.Error(), "IPVS timeouts") {
+		t.Errorf("refused timeouts: err = %v, want one about the IPVS timeouts", err)
+	}
+	k.ipvs.failTimeouts = nil
+	apply(t, d, s, true)
+	if got := k.ipvs.vs[key(protoTCP, "10.96.0.10:80")].scheduler; got != "sh" {
+		t.Errorf("scheduler after a reload refused for its timeouts = %q, want sh kept", got)
+	}
 }
 
 func TestSysctls(t *testing.T) {

@@ -23,6 +23,8 @@ type fakeIPVS struct {
 	fail func(op string, k vsKey) error
 	// noAllReals makes allReals unsupported, so real servers are listed per virtual server.
 	noAllReals bool
+	// failTimeouts, when set, is what setting the timeouts returns.
+	failTimeouts error
 }
 
 type fakeVS struct {
@@ -156,6 +158,9 @@ func (f *fakeIPVS) removeReal(k vsKey, r realKey) error {
 }
 
 func (f *fakeIPVS) setTimeouts(tcp, tcpFin, udp uint32) error {
+	if f.failTimeouts != nil {
+		return f.failTimeouts
+	}
 	for i, v := range []uint32{tcp, tcpFin, udp} {
 		if v != 0 {
 			f.timeouts[i] = v
