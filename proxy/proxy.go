@@ -74,8 +74,9 @@ type Proxy struct {
 
 	mu   sync.Mutex
 	last map[v1.IPFamily]*Snapshot
-	// newConfig is a reloaded configuration for the dataplanes, picked up by the next sync.
-	newConfig *config.KubeProxyConfiguration
+	// newConfig is a reloaded configuration for the dataplanes, picked up by the next sync, and running
+	// the one it replaces (put back where a dataplane took newConfig but another refused it).
+	newConfig, running *config.KubeProxyConfiguration
 }
 
 // New returns a Proxy. Feed it events through Tracker (or Run, which starts the API watches) and start syncing
@@ -130,9 +131,9 @@ func (p *Proxy) SetSyncPeriods(syncPeriod, minSyncPeriod time.Duration) {
 // Reconfigure hands a reloaded configuration to the dataplanes and waits for the full sync that applies it.
 // An error for which IsRefused is true means a dataplane refused the configuration; any other error is a
 // failure of that sync, with the new configuration in force and the sync retried as after any failure.
-func (p *Proxy) Reconfigure(ctx context.Context, cfg *config.KubeProxyConfiguration) error {
+func (p *Proxy) Reconfigure(ctx context.Context, cfg, running *config.KubeProxyConfiguration) error {
 	p.mu.Lock()
-	p.newConfig = cfg
+	p.newConfig, p.running = cfg, running
 	p.mu.Unlock()
 	return p.runner.SyncNow(ctx, true)
 }
@@ -149,27 +150,38 @@ func IsRefused(err error) bool {
 	return errors.As(err, &r)
 }
 
-// reconfigure applies a pending configuration to every dataplane that takes one.
+// reconfigure applies a pending configuration to every dataplane that takes one: to all of them or, when
+// one refuses it, to none.
 func (p *Proxy) reconfigure() error {
 	p.mu.Lock()
-	cfg := p.newConfig
-	p.newConfig = nil
+	cfg, running := p.newConfig, p.running
+	p.newConfig, p.running = nil, nil
 	p.mu.Unlock()
 	if cfg == nil {
 		return nil
 	}
 	var errs []error
+	var took []FamilyDataplane
 	for _, d := range p.opts.Dataplanes {
 		if r, ok := d.Dataplane.(Reconfigurer); ok {
 			if err := r.Reconfigure(cfg); err != nil {
 				errs = append(errs, fmt.Errorf("reconfiguring the %s dataplane: %w", d.Family, err))
+			} else {
+				took = append(took, d)
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return &refusedError{errors.Join(errs...)}
+	if len(errs) == 0 {
+		return nil
 	}
-	return nil
+	if running != nil {
+		for _, d := range took {
+			if err := d.Dataplane.(Reconfigurer).Reconfigure(running); err != nil {
+				klog.ErrorS(err, "Could not put the running configuration back", "ipFamily", d.Family)
+			}
+		}
+	}
+	return &refusedError{errors.Join(errs...)}
 }
 
 // SyncNow runs a sync (full if asked) and waits for it, e.g. to make a reload take effect before it is

@@ -198,7 +198,7 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 	}
 	syncPeriod, minSyncPeriod := next.SyncPeriods()
 	s.Proxy.SetSyncPeriods(syncPeriod, minSyncPeriod)
-	err := s.Proxy.Reconfigure(ctx, next)
+	err := s.Proxy.Reconfigure(ctx, next, cur)
 	if IsRefused(err) {
 		// The dataplanes keep what they had; so do the sync loop and the log.
 		_ = setVerbosity(int(cur.Logging.Verbosity))

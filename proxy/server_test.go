@@ -33,18 +33,19 @@ func (d *reconfigDataplane) Reconfigure(cfg *config.KubeProxyConfiguration) erro
 	return nil
 }
 
-// reloadBed is a Server with one reconfigurable IPv4 dataplane, its loop running and its first sync done.
+// reloadBed is a dual-stack Server with reconfigurable dataplanes, its loop running and its first sync done.
 type reloadBed struct {
 	s         *Server
-	dp        *reconfigDataplane
+	dp, dp6   *reconfigDataplane
 	verbosity []int // every setVerbosity call
 }
 
 func newReloadBed(t *testing.T) *reloadBed {
 	t.Helper()
-	b := &reloadBed{dp: &reconfigDataplane{fakeDataplane: newFakeDataplane()}}
+	b := &reloadBed{dp: &reconfigDataplane{fakeDataplane: newFakeDataplane()},
+		dp6: &reconfigDataplane{fakeDataplane: newFakeDataplane()}}
 	b.s = NewServer(config.Default(), nil, thisNode, prometheus.NewRegistry(),
-		[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: b.dp}})
+		[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: b.dp}, {Family: v1.IPv6Protocol, Dataplane: b.dp6}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { b.s.Proxy.Loop(ctx); close(done) }()
@@ -78,12 +79,13 @@ func (b *reloadBed) intervals() (minInterval, maxInterval time.Duration) {
 }
 
 // TestReloadRefusedKeepsEverything: a configuration a dataplane refuses leaves all of the running one in
-// force: the dataplanes', the sync periods, the log verbosity and what /configz shows.
+// force: the dataplanes' (the IPv4 one, which took it, gets the running one back), the sync periods, the
+// log verbosity and what /configz shows.
 func TestReloadRefusedKeepsEverything(t *testing.T) {
 	b := newReloadBed(t)
 	cur := b.s.Config()
 	min0, max0 := b.intervals()
-	b.dp.refuse = errors.New("ipvs.scheduler mh is not usable")
+	b.dp6.refuse = errors.New("ipvs.scheduler mh is not usable")
 	res := b.reload(t, changed())
 	if res.Result != "invalid" || !strings.Contains(res.Message, "not usable") {
 		t.Fatalf("Reload = %+v, want invalid naming the refusal", res)
@@ -96,6 +98,9 @@ func TestReloadRefusedKeepsEverything(t *testing.T) {
 	}
 	if n := len(b.verbosity); n == 0 || b.verbosity[n-1] != int(cur.Logging.Verbosity) {
 		t.Errorf("verbosity calls %v: the running verbosity %d is not back", b.verbosity, cur.Logging.Verbosity)
+	}
+	if n := len(b.dp.accepted); n != 2 || b.dp.accepted[n-1] != cur {
+		t.Errorf("the IPv4 dataplane took %d configurations, the last the running one: %v", n, n > 0 && b.dp.accepted[n-1] == cur)
 	}
 }
 
