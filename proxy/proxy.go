@@ -74,9 +74,8 @@ type Proxy struct {
 
 	mu   sync.Mutex
 	last map[v1.IPFamily]*Snapshot
-	// newConfig is a reloaded configuration for the dataplanes, picked up by the next sync, and running
-	// the one it replaces (put back where a dataplane took newConfig but another refused it).
-	newConfig, running *config.KubeProxyConfiguration
+	// reload is a reloaded configuration for the dataplanes, picked up by the next sync.
+	reload *pendingConfig
 }
 
 // New returns a Proxy. Feed it events through Tracker (or Run, which starts the API watches) and start syncing
@@ -129,13 +128,36 @@ func (p *Proxy) SetSyncPeriods(syncPeriod, minSyncPeriod time.Duration) {
 }
 
 // Reconfigure hands a reloaded configuration to the dataplanes and waits for the full sync that applies it.
-// An error for which IsRefused is true means a dataplane refused the configuration; any other error is a
-// failure of that sync, with the new configuration in force and the sync retried as after any failure.
+// running is the configuration in force, given back to the dataplanes that took cfg when another refuses
+// it. An error for which IsRefused is true means a dataplane refused cfg, and the sync went on with the
+// running one; any other error is a failure of that sync, with cfg in force and the sync retried as after
+// any failure.
 func (p *Proxy) Reconfigure(ctx context.Context, cfg, running *config.KubeProxyConfiguration) error {
+	pc := &pendingConfig{cfg: cfg, running: running, result: make(chan error, 1)}
 	p.mu.Lock()
-	p.newConfig, p.running = cfg, running
+	p.reload = pc
 	p.mu.Unlock()
-	return p.runner.SyncNow(ctx, true)
+	// A sync already running may take pc (and its result is in before the sync waited for here starts).
+	err := p.runner.SyncNow(ctx, true)
+	select {
+	case refused := <-pc.result:
+		if refused != nil {
+			return refused
+		}
+		return err
+	default:
+		if err == nil {
+			err = errors.New("the configuration was not picked up by the sync")
+		}
+		return err
+	}
+}
+
+// pendingConfig is a reloaded configuration on its way to the dataplanes; result receives the outcome
+// (nil or a *refusedError) once a sync has offered it to them.
+type pendingConfig struct {
+	cfg, running *config.KubeProxyConfiguration
+	result       chan error
 }
 
 // refusedError is a reloaded configuration that a dataplane did not accept.
@@ -150,21 +172,21 @@ func IsRefused(err error) bool {
 	return errors.As(err, &r)
 }
 
-// reconfigure applies a pending configuration to every dataplane that takes one: to all of them or, when
-// one refuses it, to none.
-func (p *Proxy) reconfigure() error {
+// reconfigure offers a pending configuration to every dataplane that takes one: it goes to all of them
+// or, when one refuses it, to none. A refusal is the reload's outcome, not a failure of the sync.
+func (p *Proxy) reconfigure() {
 	p.mu.Lock()
-	cfg, running := p.newConfig, p.running
-	p.newConfig, p.running = nil, nil
+	pc := p.reload
+	p.reload = nil
 	p.mu.Unlock()
-	if cfg == nil {
-		return nil
+	if pc == nil {
+		return
 	}
 	var errs []error
 	var took []FamilyDataplane
 	for _, d := range p.opts.Dataplanes {
 		if r, ok := d.Dataplane.(Reconfigurer); ok {
-			if err := r.Reconfigure(cfg); err != nil {
+			if err := r.Reconfigure(pc.cfg); err != nil {
 				errs = append(errs, fmt.Errorf("reconfiguring the %s dataplane: %w", d.Family, err))
 			} else {
 				took = append(took, d)
@@ -172,16 +194,17 @@ func (p *Proxy) reconfigure() error {
 		}
 	}
 	if len(errs) == 0 {
-		return nil
+		pc.result <- nil
+		return
 	}
-	if running != nil {
+	if pc.running != nil {
 		for _, d := range took {
-			if err := d.Dataplane.(Reconfigurer).Reconfigure(running); err != nil {
+			if err := d.Dataplane.(Reconfigurer).Reconfigure(pc.running); err != nil {
 				klog.ErrorS(err, "Could not put the running configuration back", "ipFamily", d.Family)
 			}
 		}
 	}
-	return &refusedError{errors.Join(errs...)}
+	pc.result <- &refusedError{errors.Join(errs...)}
 }
 
 // SyncNow runs a sync (full if asked) and waits for it, e.g. to make a reload take effect before it is
@@ -214,9 +237,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	if syncFault != nil {
 		syncFault()
 	}
-	if err := p.reconfigure(); err != nil {
-		return err
-	}
+	p.reconfigure()
 	build := p.tracker.Snapshots()
 	var errs []error
 	var failed Build

@@ -132,3 +132,49 @@ func TestReloadSyncFailureIsStillApplied(t *testing.T) {
 		return calls[len(calls)-1].err == nil
 	})
 }
+
+// TestReloadDuringASync: a reload that arrives while a sync is running, before that sync has offered a
+// configuration to the dataplanes, is taken by that sync; the reload still gets its outcome (here a
+// refusal) and not that of the next sync.
+func TestReloadDuringASync(t *testing.T) {
+	var mu sync.Mutex
+	var hold chan struct{} // when set, the next sync stops here until it is closed
+	entered := make(chan struct{}, 1)
+	syncFault = func() {
+		mu.Lock()
+		h := hold
+		hold = nil
+		mu.Unlock()
+		if h != nil {
+			entered <- struct{}{}
+			<-h
+		}
+	}
+	t.Cleanup(func() { syncFault = nil })
+	b := newReloadBed(t)
+	cur := b.s.Config()
+	release := make(chan struct{})
+	mu.Lock()
+	hold = release
+	mu.Unlock()
+	go func() { _ = b.s.Proxy.SyncNow(context.Background(), false) }()
+	<-entered // a sync is running and has not looked for a reloaded configuration yet
+	b.dp6.refuse = errors.New("ipvs.scheduler mh is not usable")
+	done := make(chan ReloadResult)
+	go func() { done <- b.reload(t, changed()) }()
+	eventually(t, "the reload to be pending", func() bool {
+		b.s.Proxy.mu.Lock()
+		defer b.s.Proxy.mu.Unlock()
+		return b.s.Proxy.reload != nil
+	})
+	close(release)
+	if res := <-done; res.Result != "invalid" || !strings.Contains(res.Message, "not usable") {
+		t.Errorf("Reload = %+v, want invalid naming the refusal", res)
+	}
+	if b.s.Config() != cur {
+		t.Error("the refused configuration is in force")
+	}
+	if failures := b.s.Proxy.runner.Failures(); failures != 0 {
+		t.Errorf("the refusal counted as %d failed syncs", failures)
+	}
+}
