@@ -331,11 +331,12 @@ func field(obj map[string]any, path string) any {
 	return cur
 }
 
-// natRules returns the machine's nat table as iptables-save prints it (its standard output only: a warning
-// on standard error would otherwise land inside a rule's line).
+// natRules returns the machine's nat table as iptables-save prints it. Its standard output is captured
+// whole before it is printed, so that a warning on standard error comes out before the rules, not inside
+// one of their lines.
 func (l *lab) natRules() string {
 	l.t.Helper()
-	return l.must("iptables-save -t nat 2>/dev/null")
+	return l.must(`nat=$(iptables-save -t nat) && printf '%s\n' "$nat"`)
 }
 
 // noLegacyTables fails the test when the machine, whose rules are in nf_tables, has x_tables tables: reading
