@@ -215,6 +215,7 @@ export PATH=/sbin:/usr/sbin:/bin:/usr/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+echo "KPVM NOTE init started at $(cut -d' ' -f1 /proc/uptime)s"
 mkdir -p /run/netns /tmp /var
 echo /sbin/modprobe > /proc/sys/kernel/modprobe
 for m in $(cat /kp/modules); do /sbin/modprobe "$m" || echo "KPVM NOTE modprobe $m failed"; done

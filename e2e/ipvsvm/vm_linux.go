@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -112,16 +114,44 @@ func Run(ctx context.Context, k *Kernel, o Options) (*Result, error) {
 		logf("initramfs %s: %d MB", initrd, st.Size()>>20)
 	}
 	res.Prepare = time.Since(start)
+	if err := os.WriteFile(res.ConsoleLog, nil, 0o644); err != nil {
+		return nil, err
+	}
 
+	// A TCG boot very rarely hangs before the guest prints anything (seen once in eight runs here:
+	// an empty console for the whole timeout, where the first line normally comes after 9-15 s). Nothing
+	// has reached the host then, so booting again is safe; the second boot prints the kernel's messages,
+	// in case it hangs too.
+	for attempt := 1; ; attempt++ {
+		err := boot(ctx, k, o, initrd, res, attempt > 1)
+		if !errors.Is(err, errSilent) || attempt == 2 {
+			return res, err
+		}
+		logf("no console output %v after starting qemu; booting again with kernel messages on", silentBoot)
+	}
+}
+
+// silentBoot is how long a boot may stay silent before it is given up: the init script's first line comes
+// after a few seconds.
+const silentBoot = 90 * time.Second
+
+var errSilent = errors.New("the VM printed nothing")
+
+// boot runs qemu once on the prepared initramfs, streaming the console into res.
+func boot(ctx context.Context, k *Kernel, o Options, initrd string, res *Result, verbose bool) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	kernelArgs := "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off"
+	if verbose {
+		kernelArgs = "console=ttyS0 panic=-1 mitigations=off"
+	}
 	// KVM here cannot run a stock kernel (see shared/reference/kernel-lab): software emulation, whose
 	// multi-threaded mode uses both host cores.
 	args := []string{
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
 		"-kernel", k.Image, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 quiet loglevel=3 mitigations=off",
+		"-append", kernelArgs,
 		// User networking: the guest reaches the host's loopback at 10.0.2.2.
 		"-netdev", "user,id=n0", "-device", "virtio-net-pci,netdev=n0",
 	}
@@ -131,18 +161,25 @@ func Run(ctx context.Context, k *Kernel, o Options) (*Result, error) {
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cmd.Stderr = cmd.Stdout
-	logFile, err := os.Create(res.ConsoleLog)
+	logFile, err := os.OpenFile(res.ConsoleLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logFile.Close()
-	boot := time.Now()
+	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting qemu: %w", err)
+		return fmt.Errorf("starting qemu: %w", err)
 	}
+	var spoke atomic.Bool
+	silence := time.AfterFunc(silentBoot, func() {
+		if !spoke.Load() {
+			cancel()
+		}
+	})
+	defer silence.Stop()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -150,6 +187,7 @@ func Run(ctx context.Context, k *Kernel, o Options) (*Result, error) {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64*1024), 1<<20)
 		for sc.Scan() {
+			spoke.Store(true)
 			line := strings.TrimRight(sc.Text(), "\r")
 			fmt.Fprintln(logFile, line)
 			if o.Console != nil {
@@ -168,14 +206,16 @@ func Run(ctx context.Context, k *Kernel, o Options) (*Result, error) {
 	}()
 	wg.Wait()
 	werr := cmd.Wait()
-	res.Boot = time.Since(boot)
+	res.Boot += time.Since(start)
 	switch {
+	case ctx.Err() != nil && !spoke.Load():
+		return fmt.Errorf("%w for %v (console: %s)", errSilent, time.Since(start).Round(time.Second), res.ConsoleLog)
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("the VM did not finish within %v (console: %s)", o.Timeout, res.ConsoleLog)
+		return fmt.Errorf("the VM did not finish within %v (console: %s)", o.Timeout, res.ConsoleLog)
 	case werr != nil && res.Done < 0:
-		return res, fmt.Errorf("qemu: %w (console: %s)", werr, res.ConsoleLog)
+		return fmt.Errorf("qemu: %w (console: %s)", werr, res.ConsoleLog)
 	}
-	return res, nil
+	return nil
 }
 
 // pruneRuns keeps the newest keep run directories under base.
