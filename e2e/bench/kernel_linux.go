@@ -21,7 +21,8 @@ const (
 type restoreResult struct {
 	// Wall is exec → exit. Commit is exec → its last nf_tables transaction as the monitor saw it (0
 	// without a monitor): the rules are in effect from then on, while the process still takes ~10 ms to
-	// exit on this kernel (closing its netlink socket).
+	// exit on this kernel (closing its netlink socket). The monitor reads the commit a scheduling delay
+	// late, so on a busy host Commit can exceed Wall by a millisecond or so.
 	Wall, Commit, User, Sys time.Duration
 }
 

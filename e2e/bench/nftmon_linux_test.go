@@ -81,8 +81,10 @@ func TestMonitor(t *testing.T) {
 	}
 	t.Logf("restore of %d Services: exited after %v (user %v sys %v), committed after %v; monitor saw the commit %v after start, gen %+v, overflows %d",
 		n, res.Wall, res.User, res.Sys, res.Commit, g.Time.Sub(start), g, mon.Lost())
-	if res.Commit <= 0 || res.Commit > res.Wall {
-		t.Errorf("commit time %v, want in (0, %v]", res.Commit, res.Wall)
+	// Not bounded by res.Wall: the monitor reads the commit a scheduling delay after the kernel made it,
+	// and on a busy host that can be after the process exited (53 vs 52 ms seen once).
+	if res.Commit <= 0 {
+		t.Errorf("commit time %v: the monitor did not time the restore's transaction", res.Commit)
 	}
 	if mon.Check(func(v View) bool { return v.Reaches("KUBE-MARK-MASQ", chains[:1]) }) {
 		t.Errorf("%s reachable from KUBE-MARK-MASQ, which jumps nowhere", chains[0])
