@@ -13,7 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
-	"kube-proxy/rules/iptables/internal/netnstest"
+	"kube-proxy/rules/internal/netnstest"
 	"kube-proxy/rules/iptables/iptrace"
 )
 

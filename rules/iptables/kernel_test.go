@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"kube-proxy/rules/iptables/internal/netnstest"
+	"kube-proxy/rules/internal/netnstest"
 	"kube-proxy/rules/iptables/iptrace"
 )
 

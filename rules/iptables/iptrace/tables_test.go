@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"kube-proxy/rules/iptables/internal/netnstest"
+	"kube-proxy/rules/internal/netnstest"
 )
 
 func mustRestore(t *testing.T, ts *Tables, payload string, noflush bool) {

@@ -96,3 +96,18 @@ func (ns *NS) Save(backend string, ipv6 bool, table string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Exec runs a command inside the namespace with stdin (nil for none) and returns its standard output; a
+// failure carries the standard error too.
+func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns.Name, name}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}

@@ -28,3 +28,6 @@ func (ns *NS) Restore(backend string, ipv6 bool, payload []byte, args ...string)
 
 // Save is not available on this platform.
 func (ns *NS) Save(backend string, ipv6 bool, table string) (string, error) { return "", nil }
+
+// Exec is not available on this platform.
+func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) { return "", nil }
