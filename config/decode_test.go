@@ -359,8 +359,9 @@ func TestDecodeErrors(t *testing.T) {
 			{3, "mod", "unknown field"}, {4, "iptables.syncPeriod", "want a duration"}, {5, "foo", "unknown field"}}},
 
 		{"invalid mode", "mode: userspace\n", false, []wantErr{{3, "mode", `unknown mode "userspace"`}}},
-		{"nftables not implemented", "mode: nftables\n", false, []wantErr{{3, "mode", "does not implement; use iptables or ipvs"}}},
-		{"kernelspace not implemented", "mode: kernelspace\n", false, []wantErr{{3, "mode", "does not implement"}}},
+		{"nftables runs", "mode: nftables\n", false, nil},
+		{"kernelspace not implemented", "mode: kernelspace\n", false, []wantErr{{3, "mode", "does not implement; use iptables or ipvs or nftables"}}},
+		{"nftables checks its own section", "mode: nftables\nnftables:\n  masqueradeBit: 40\n", false, []wantErr{{5, "nftables.masqueradeBit", "[0, 31]"}}},
 		{"bad masqueradeBit", "iptables:\n  masqueradeBit: 32\n", false, []wantErr{{4, "iptables.masqueradeBit", "[0, 31]"}}},
 		{"minSyncPeriod > syncPeriod", "iptables:\n  syncPeriod: 10s\n  minSyncPeriod: 20s\n", false, []wantErr{{5, "iptables.minSyncPeriod", "must not be greater than iptables.syncPeriod"}}},
 		{"syncPeriod below defaulted min: points at syncPeriod", "iptables:\n  syncPeriod: 500ms\n", false, []wantErr{{4, "iptables.minSyncPeriod", "must not be greater"}}},

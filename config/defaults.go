@@ -146,6 +146,14 @@ func SetDefaults(c *KubeProxyConfiguration) {
 	defaultDuration(&c.ConfigSyncPeriod, DefaultConfigSyncPeriod)
 }
 
+// applyPlatformDefaults sets what upstream decides once the file and the flags are read: in mode nftables
+// an empty nodePortAddresses means the node's primary IPs ("primary"), not every local address.
+func (c *KubeProxyConfiguration) applyPlatformDefaults() {
+	if c.Mode == ModeNFTables && len(c.NodePortAddresses) == 0 {
+		c.NodePortAddresses = []string{NodePortAddressesPrimary}
+	}
+}
+
 func defaultDuration(d *metav1.Duration, def time.Duration) {
 	if d.Duration == 0 {
 		d.Duration = def

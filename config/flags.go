@@ -287,6 +287,7 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, error) {
 	}
 
 	bySet, errs := o.applyFlags(fs, c)
+	c.applyPlatformDefaults()
 	if len(errs) == 0 {
 		errs = c.validate()
 		for _, e := range errs {

@@ -182,8 +182,8 @@ func TestFlagErrors(t *testing.T) {
 		{name: "bad feature gate syntax", args: []string{"--feature-gates=A=maybe"}, parseErr: "not true or false"},
 		{name: "bad bit from a flag names the flag", args: []string{"--iptables-masquerade-bit=40"},
 			want: []wantErr{{0, "iptables.masqueradeBit", "(set by --iptables-masquerade-bit)"}}},
-		{name: "nftables from a flag", args: []string{"--proxy-mode=nftables"},
-			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs (set by --proxy-mode)"}}},
+		{name: "kernelspace from a flag", args: []string{"--proxy-mode=kernelspace"},
+			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs or nftables (set by --proxy-mode)"}}},
 		{name: "blank hostname", args: []string{"--hostname-override=   "},
 			want: []wantErr{{0, "hostnameOverride", "must not be blank (set by --hostname-override)"}}},
 		{name: "bad list element from a flag", args: []string{"--nodeport-addresses=primary,10.0.0.1"},
@@ -338,5 +338,36 @@ func TestCompleteRepeatable(t *testing.T) {
 	live, restart := ReloadPlan(first, second)
 	if !slices.Equal(live, []string{"iptables.syncPeriod"}) || !slices.Equal(restart, []string{"featureGates"}) {
 		t.Errorf("ReloadPlan = %v, %v", live, restart)
+	}
+}
+
+// TestNFTablesNodePortDefault checks upstream's platform default: in mode nftables an empty
+// nodePortAddresses means "primary", whether the mode comes from the file or a flag; other modes and an
+// explicit list keep what was given.
+func TestNFTablesNodePortDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		args []string
+		want []string
+	}{
+		{"file", header + "mode: nftables\n", nil, []string{"primary"}},
+		{"flag", header, []string{"--proxy-mode=nftables"}, []string{"primary"}},
+		{"explicit list", header + "mode: nftables\nnodePortAddresses: [10.0.0.0/8]\n", nil, []string{"10.0.0.0/8"}},
+		{"iptables", header, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, fs := newFlagSet(t)
+			if err := fs.Parse(append([]string{"--config=" + writeFile(t, tc.file)}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			c, err := o.Complete(fs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, c.NodePortAddresses); diff != "" {
+				t.Errorf("nodePortAddresses (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -21,8 +21,9 @@ const Kind = "KubeProxyConfiguration"
 // ProxyMode names a dataplane implementation ("mode" in the file).
 type ProxyMode string
 
-// The proxy modes upstream knows. This kube-proxy runs ModeIPTables and
-// ModeIPVS; the other two are rejected by Validate with an explanation.
+// The proxy modes upstream knows. This kube-proxy runs ModeIPTables, ModeIPVS
+// and ModeNFTables; Windows' ModeKernelspace is rejected by Validate with an
+// explanation.
 const (
 	ModeIPTables    ProxyMode = "iptables"
 	ModeIPVS        ProxyMode = "ipvs"
@@ -93,7 +94,7 @@ type KubeProxyConfiguration struct {
 	IPTables IPTablesConfiguration `json:"iptables"`
 	// IPVS holds settings of the ipvs mode.
 	IPVS IPVSConfiguration `json:"ipvs"`
-	// NFTables holds settings of upstream's nftables mode (accepted, not run here).
+	// NFTables holds settings of the nftables mode.
 	NFTables NFTablesConfiguration `json:"nftables"`
 	// Winkernel holds settings of upstream's Windows mode (accepted, ignored).
 	Winkernel WinkernelConfiguration `json:"winkernel"`

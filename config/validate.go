@@ -15,7 +15,7 @@ import (
 const UpstreamVersion = "1.37"
 
 // Modes this kube-proxy can run.
-var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS}
+var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS, ModeNFTables}
 
 // ipvsSchedulers are the schedulers of the Linux IPVS module.
 var ipvsSchedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
@@ -168,8 +168,9 @@ func (c *KubeProxyConfiguration) validateMode(v *validator) {
 		if on, set := c.FeatureGates["KubeProxyIPVS"]; set && !on {
 			v.add("mode", "ipvs mode needs the KubeProxyIPVS feature gate, which featureGates turns off")
 		}
-	case ModeNFTables, ModeKernelspace:
-		v.add("mode", "%q is an upstream kube-proxy mode that this kube-proxy does not implement; use %s", c.Mode, runs)
+	case ModeNFTables:
+	case ModeKernelspace:
+		v.add("mode", "%q is upstream kube-proxy's Windows mode, which this kube-proxy does not implement; use %s", c.Mode, runs)
 	default:
 		v.add("mode", "unknown mode %q; must be %s (empty means iptables)", c.Mode, runs)
 	}

@@ -45,12 +45,22 @@ func ParseNodePortAddresses(list []string, family v1.IPFamily) NodePortAddresses
 	return n
 }
 
-// For returns the CIDRs in force for a node: the configured ones plus the node's primary IP when asked for.
-// matchAll is true when nothing restricts the family (no entry of the family, or a zero-length prefix).
+// For returns the CIDRs in force for a node whose primary IP is its first address (use
+// Settings.NodePortCIDRs where bindAddress may name the primary IP); matchAll is true when nothing
+// restricts the family (no entry of the family, or a zero-length prefix).
 func (n NodePortAddresses) For(node *Node) (cidrs []netip.Prefix, matchAll bool) {
+	var primary netip.Addr
+	if len(node.IPs) > 0 {
+		primary = node.IPs[0]
+	}
+	return n.forIP(primary)
+}
+
+// forIP returns the CIDRs in force when the node's primary IP is primary (invalid when unknown).
+func (n NodePortAddresses) forIP(primary netip.Addr) (cidrs []netip.Prefix, matchAll bool) {
 	cidrs = slices.Clone(n.CIDRs)
-	if n.Primary && len(node.IPs) > 0 && !node.IPs[0].IsLoopback() {
-		cidrs = append(cidrs, netip.PrefixFrom(node.IPs[0], node.IPs[0].BitLen()))
+	if n.Primary && primary.IsValid() && !primary.IsLoopback() {
+		cidrs = append(cidrs, netip.PrefixFrom(primary, primary.BitLen()))
 	}
 	if len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
 		return nil, true
@@ -58,10 +68,10 @@ func (n NodePortAddresses) For(node *Node) (cidrs []netip.Prefix, matchAll bool)
 	return cidrs, false
 }
 
-// ListenAddrs returns the local interface addresses inside the CIDRs in force (for the health-check
-// servers); all is true when every address matches.
-func (n NodePortAddresses) ListenAddrs(node *Node) (addrs []netip.Addr, all bool) {
-	cidrs, all := n.For(node)
+// LocalAddrs returns the local interface addresses inside cidrs, sorted (for the health-check servers and
+// the nftables nodeport-ips set); all is passed through: when it is true every address matches and none
+// is listed.
+func LocalAddrs(cidrs []netip.Prefix, all bool) (addrs []netip.Addr, matchAll bool) {
 	if all {
 		return nil, true
 	}

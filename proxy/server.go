@@ -63,7 +63,14 @@ func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, 
 		OnApplied:     func(snap *Snapshot) { byFamily[snap.Family].Sync(snap) },
 	})
 	for _, d := range dataplanes {
-		sh := NewServiceHealth(d.Family, func() []string { return s.Config().NodePortAddresses }, s.Proxy.Health())
+		family := d.Family
+		sh := NewServiceHealth(family, func() Settings {
+			st, err := SettingsFor(s.Config(), family)
+			if err != nil { // a validated configuration always has settings
+				klog.ErrorS(err, "Health-check node ports listen everywhere", "ipFamily", family)
+			}
+			return st
+		}, s.Proxy.Health())
 		byFamily[d.Family] = sh
 		s.serviceHealth = append(s.serviceHealth, sh)
 	}

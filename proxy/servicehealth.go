@@ -39,15 +39,16 @@ type hcServer struct {
 	endpoints int
 }
 
-// NewServiceHealth returns the health-check servers of family, listening on the addresses that
-// nodePortAddresses (read through cfg at each sync, so reloads apply) allows.
-func NewServiceHealth(family v1.IPFamily, nodePortAddresses func() []string, health *Health) *ServiceHealth {
+// NewServiceHealth returns the health-check servers of family, listening on the addresses that the
+// NodePort addresses of settings (read at each sync, so reloads apply) allow.
+func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Health) *ServiceHealth {
 	network, unspecified := "tcp4", netip.IPv4Unspecified()
 	if family == v1.IPv6Protocol {
 		network, unspecified = "tcp6", netip.IPv6Unspecified()
 	}
 	addrs := func(snap *Snapshot) []netip.Addr {
-		addrs, all := ParseNodePortAddresses(nodePortAddresses(), family).ListenAddrs(&snap.Node)
+		st := settings()
+		addrs, all := LocalAddrs(st.NodePortCIDRs(&snap.Node))
 		if all {
 			return []netip.Addr{unspecified}
 		}
