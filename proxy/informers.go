@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -136,6 +138,9 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 	}
 
 	nodeFactory.Start(ctx.Done())
+	if err := p.watchServiceCIDRs(ctx, client, resync); err != nil {
+		return err
+	}
 
 	synced := []cache.InformerSynced{svcs.synced.Load, slices.synced.Load, nodeInformer.HasSynced}
 	start := time.Now()
@@ -161,6 +166,43 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// watchServiceCIDRs feeds the CIDRs of the cluster's ServiceCIDR objects (networking.k8s.io/v1) to the
+// Tracker: mode nftables drops traffic to unallocated addresses inside them, as upstream does. The few,
+// small objects go through a plain informer; like upstream, the proxy does not wait for them to be listed.
+func (p *Proxy) watchServiceCIDRs(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trim))
+	inf := factory.Networking().V1().ServiceCIDRs().Informer()
+	var mu sync.Mutex
+	byName := map[string][]string{}
+	update := func(o any, deleted bool) {
+		sc, ok := unwrap(o).(*networkingv1.ServiceCIDR)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if deleted {
+			delete(byName, sc.Name)
+		} else {
+			byName[sc.Name] = sc.Spec.CIDRs
+		}
+		var all []string
+		for _, cidrs := range byName {
+			all = append(all, cidrs...)
+		}
+		p.tracker.OnServiceCIDRs(all)
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { update(o, false) },
+		UpdateFunc: func(_, o any) { update(o, false) },
+		DeleteFunc: func(o any) { update(o, true) },
+	}); err != nil {
+		return fmt.Errorf("adding ServiceCIDR handler: %w", err)
+	}
+	factory.Start(ctx.Done())
+	return nil
 }
 
 // feed is a reflector's store that stores nothing: it trims each object and hands it to the Tracker.

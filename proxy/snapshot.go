@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,6 +16,8 @@ type Snapshot struct {
 	// Generation increases by one with every snapshot built for this family.
 	Generation uint64
 	Node       Node
+	// ServiceCIDRs are the CIDRs of the cluster's ServiceCIDR objects of this family, sorted.
+	ServiceCIDRs []netip.Prefix
 	// Services maps every proxied Service port of this family to its state.
 	Services map[ServicePortName]*ServicePort
 
@@ -87,14 +90,15 @@ type serviceInput struct {
 
 // build returns the next snapshot: the last one with the given Services recomputed. Ports whose new state
 // equals the old keep the old pointer, so they do not count as changed. problems collects unusable fields.
-func (b *builder) build(node Node, inputs []serviceInput, problems func(key serviceKey, msg string)) *Snapshot {
+func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []serviceInput, problems func(key serviceKey, msg string)) *Snapshot {
 	prev := b.last
 	next := &Snapshot{
-		Family:     b.family,
-		Generation: prev.Generation + 1,
-		Node:       node,
-		Services:   maps.Clone(prev.Services),
-		parent:     prev.Generation,
+		Family:       b.family,
+		Generation:   prev.Generation + 1,
+		Node:         node,
+		ServiceCIDRs: serviceCIDRs,
+		Services:     maps.Clone(prev.Services),
+		parent:       prev.Generation,
 	}
 	for _, in := range inputs {
 		var ports []*ServicePort

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -37,6 +38,8 @@ type Tracker struct {
 	owners  map[types.NamespacedName]serviceKey
 	unowned map[types.NamespacedName]struct{}
 	node    *v1.Node
+	// serviceCIDRs are the CIDRs of every ServiceCIDR object, sorted.
+	serviceCIDRs []netip.Prefix
 	// pending holds the Services to rebuild at the next snapshot; rebuildAll is set when something every
 	// Service depends on (the node's zone) changed.
 	pending    map[serviceKey]struct{}
@@ -345,6 +348,33 @@ func nodeFacts(n *v1.Node) any {
 	return []any{n.Status.Addresses, n.Spec.PodCIDRs, nodeZone(n)}
 }
 
+// OnServiceCIDRs records the CIDRs of all ServiceCIDR objects (networking.k8s.io/v1); unparsable ones are
+// skipped.
+func (t *Tracker) OnServiceCIDRs(cidrs []string) {
+	var list []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := parseCIDR(c); err == nil {
+			list = append(list, p.Masked())
+		}
+	}
+	slices.SortFunc(list, comparePrefix)
+	list = slices.Compact(list)
+	t.mu.Lock()
+	changed := !slices.Equal(list, t.serviceCIDRs)
+	t.serviceCIDRs = list
+	t.mu.Unlock()
+	if changed {
+		t.onChange()
+	}
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
+}
+
 // Node returns the last Node object seen (nil before the first and after deletion). Do not modify it.
 func (t *Tracker) Node() *v1.Node {
 	t.mu.Lock()
@@ -420,6 +450,7 @@ func (t *Tracker) Snapshots() Build {
 		inputs = append(inputs, serviceInput{key: k, svc: t.services[k], slices: t.slices[k]})
 	}
 	node := t.node
+	serviceCIDRs := t.serviceCIDRs
 	triggers := t.triggers
 	t.pending = map[serviceKey]struct{}{}
 	t.svcPending = map[serviceKey]*v1.Service{}
@@ -440,7 +471,13 @@ func (t *Tracker) Snapshots() Build {
 	out := Build{Triggers: triggers}
 	for _, b := range t.builders {
 		n := nodeFor(node, t.nodeName, b.family)
-		out.Snapshots = append(out.Snapshots, b.build(n, inputs, func(key serviceKey, msg string) {
+		var cidrs []netip.Prefix
+		for _, p := range serviceCIDRs {
+			if ipFamily(p.Addr()) == b.family {
+				cidrs = append(cidrs, p)
+			}
+		}
+		out.Snapshots = append(out.Snapshots, b.build(n, cidrs, inputs, func(key serviceKey, msg string) {
 			t.report.skip("Service", key.String(), msg)
 		}))
 	}

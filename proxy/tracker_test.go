@@ -814,3 +814,27 @@ func TestTrackerSliceLosesItsLabel(t *testing.T) {
 		t.Errorf("reported %d times, want twice", got)
 	}
 }
+
+// TestTrackerServiceCIDRs checks that the ServiceCIDRs reach each family's snapshot, sorted and without
+// duplicates, and that only a real change asks for a sync.
+func TestTrackerServiceCIDRs(t *testing.T) {
+	tr, changes, _ := newTestTracker(v1.IPv4Protocol, v1.IPv6Protocol)
+	tr.OnServiceCIDRs([]string{"fd00:96::/112", "10.97.0.0/16", "10.96.0.0/16", "bogus", "10.96.0.0/16"})
+	if changes.Load() != 1 {
+		t.Errorf("changes = %d, want 1", changes.Load())
+	}
+	tr.OnServiceCIDRs([]string{"10.96.0.0/16", "fd00:96::/112", "10.97.0.0/16"})
+	if changes.Load() != 1 {
+		t.Errorf("the same CIDRs in another order asked for a sync (changes = %d)", changes.Load())
+	}
+	b := tr.Snapshots()
+	want := map[v1.IPFamily][]netip.Prefix{
+		v1.IPv4Protocol: {netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("10.97.0.0/16")},
+		v1.IPv6Protocol: {netip.MustParsePrefix("fd00:96::/112")},
+	}
+	for _, s := range b.Snapshots {
+		if !slices.Equal(s.ServiceCIDRs, want[s.Family]) {
+			t.Errorf("%s ServiceCIDRs = %v, want %v", s.Family, s.ServiceCIDRs, want[s.Family])
+		}
+	}
+}

@@ -133,6 +133,9 @@ func NewEndpoint(ip netip.Addr, port int32) Endpoint {
 // String returns "ip:port".
 func (e *Endpoint) String() string { return e.Addr }
 
+// AddrPort returns the endpoint's address and port.
+func (e *Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.IP, uint16(e.Port)) }
+
 // Node holds the facts about this node that dataplanes need, for one IP family.
 type Node struct {
 	// Name is the node name kube-proxy runs as (hostnameOverride or the hostname).
