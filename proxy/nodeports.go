@@ -45,17 +45,6 @@ func ParseNodePortAddresses(list []string, family v1.IPFamily) NodePortAddresses
 	return n
 }
 
-// For returns the CIDRs in force for a node whose primary IP is its first address (use
-// Settings.NodePortCIDRs where bindAddress may name the primary IP); matchAll is true when nothing
-// restricts the family (no entry of the family, or a zero-length prefix).
-func (n NodePortAddresses) For(node *Node) (cidrs []netip.Prefix, matchAll bool) {
-	var primary netip.Addr
-	if len(node.IPs) > 0 {
-		primary = node.IPs[0]
-	}
-	return n.forIP(primary)
-}
-
 // forIP returns the CIDRs in force when the node's primary IP is primary (invalid when unknown).
 func (n NodePortAddresses) forIP(primary netip.Addr) (cidrs []netip.Prefix, matchAll bool) {
 	cidrs = slices.Clone(n.CIDRs)

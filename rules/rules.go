@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -31,15 +30,6 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	}
 }
 
-// families returns the IP families in the order to program them: the family of bindAddress first when it
-// names one (as upstream decides its primary family), IPv4 otherwise.
-func families(cfg *config.KubeProxyConfiguration) []v1.IPFamily {
-	if a, err := netip.ParseAddr(cfg.BindAddress); err == nil && a.Is6() && !a.Is4In6() && !a.IsUnspecified() {
-		return []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
-	}
-	return []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
-}
-
 // newIPTables sets up mode iptables: the conntrack sysctls, the backend the node already uses, and a
 // dataplane per family whose tools work here. Like upstream, it runs dual-stack whenever both iptables and
 // ip6tables work, and single-stack when only the primary family does.
@@ -55,7 +45,7 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 	metrics := iptables.NewMetrics(reg)
 	ctMetrics := conntrack.NewMetrics(reg)
 	var out []proxy.FamilyDataplane
-	for i, family := range families(cfg) {
+	for i, family := range proxy.Families(cfg) {
 		runner, err := xtables.UsableRunner(backend, family)
 		if err != nil {
 			if i == 0 {
@@ -92,7 +82,7 @@ func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName s
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}
 	var out []proxy.FamilyDataplane
-	for i, family := range families(cfg) {
+	for i, family := range proxy.Families(cfg) {
 		dp, err := ipvs.New(ctx, cfg, family, nodeName, reg)
 		if err != nil {
 			if i == 0 {

@@ -39,7 +39,7 @@ func withChangedService(s *proxy.Snapshot, i int) *proxy.Snapshot {
 	return derive(s, nil, &sp)
 }
 
-var benchCfg = Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: prefixes("10.244.0.0/16")}}
+var benchCfg = testConfig(v4, clusterCIDR("10.244.0.0/16"))
 
 // BenchmarkRender renders 10,000 Services × 3 endpoints: fully with a new renderer (cold caches), fully
 // with a renderer that rendered the same snapshot before, and partially after one Service changed.

@@ -2,42 +2,22 @@ package iptables
 
 import (
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
 )
 
-// Detect-local modes (LocalDetector.Mode), named as in the kube-proxy configuration.
-const (
-	DetectLocalNone                = ""
-	DetectLocalClusterCIDR         = "ClusterCIDR"
-	DetectLocalNodeCIDR            = "NodeCIDR"
-	DetectLocalBridgeInterface     = "BridgeInterface"
-	DetectLocalInterfaceNamePrefix = "InterfaceNamePrefix"
-)
-
-// Config is everything besides the snapshot that changes the rules. main builds it from the configuration
-// file; one Renderer serves one Config and one IP family.
+// Config is everything besides the snapshot that changes the rules. ConfigFrom builds it from the
+// configuration file; one Renderer serves one Config and one IP family.
 type Config struct {
-	// Family is the IP family of the snapshots rendered (IPv4 or IPv6).
-	Family v1.IPFamily
-	// MasqueradeAll masquerades all traffic to cluster IPs.
-	MasqueradeAll bool
-	// MasqueradeBit is the fwmark bit (0-31, validated by config) that marks packets for SNAT. 0 is taken as
-	// upstream's default, 14 (mark 0x4000), so bit 0 itself cannot be chosen.
-	MasqueradeBit int
-	// LocalDetector says how traffic from a local pod is recognised; the zero value detects nothing.
-	LocalDetector LocalDetector
-	// NodePortAddresses limits NodePorts to local addresses within these prefixes (only those of Family
-	// count). Empty, or containing a zero-length prefix, means all local addresses.
-	NodePortAddresses []netip.Prefix
-	// NodePortPrimary is set when nodePortAddresses contained "primary": NodePorts also answer on the node's
-	// primary IP of Family (snap.Node.IPs[0]).
-	NodePortPrimary bool
-	// LocalhostNodePorts lets NodePorts answer on 127.0.0.0/8 (IPv4 only, and only when the NodePort
-	// addresses include loopback, as upstream). It needs the route_localnet sysctl, which main sets.
-	LocalhostNodePorts bool
+	// Settings are the per-family settings every mode shares (proxy.SettingsFor): the family rendered,
+	// masqueradeAll and the masquerade bit, local-traffic detection, the NodePort addresses, the node's
+	// primary IP and localhostNodePorts. LocalhostNodePorts lets NodePorts answer on 127.0.0.0/8 (IPv4
+	// only, and only when the NodePort addresses include loopback, as upstream); it needs the
+	// route_localnet sysctl, which rules.New sets.
+	proxy.Settings
 	// TCPBeLiberal is set when nf_conntrack_tcp_be_liberal is on: no DROP rule for ctstate INVALID.
 	TCPBeLiberal bool
 	// ChunkLines, when positive, splits a render whose own-chain rules exceed twice this many into
@@ -47,51 +27,21 @@ type Config struct {
 	ChunkLines int
 }
 
-// LocalDetector says how "traffic from a local pod" is matched.
-type LocalDetector struct {
-	// Mode is one of the DetectLocal* constants.
-	Mode string
-	// CIDRs are the cluster CIDRs for ClusterCIDR mode (the first one of the family is used). NodeCIDR mode
-	// ignores them and reads the node's pod CIDRs from the snapshot.
-	CIDRs []netip.Prefix
-	// Interface is the bridge name (BridgeInterface) or the interface name prefix (InterfaceNamePrefix).
-	Interface string
-}
-
-// args returns the iptables arguments matching traffic from a local pod, and their negation; nil when
-// the detector is not implemented for this family and node.
-func (d *LocalDetector) args(family v1.IPFamily, node *proxy.Node) (ifLocal, ifNotLocal []string) {
-	cidr := func(list []netip.Prefix) ([]string, []string) {
-		for _, p := range list {
-			if familyOf(p.Addr()) == family {
-				s := p.String()
-				return []string{"-s", s}, []string{"!", "-s", s}
-			}
+// localArgs renders a local-traffic match as iptables arguments matching traffic from a local pod, and
+// their negation; nil when local traffic cannot be told apart.
+func localArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
+	switch {
+	case m.CIDR.IsValid():
+		s := m.CIDR.String()
+		return []string{"-s", s}, []string{"!", "-s", s}
+	case m.Interface != "":
+		name := m.Interface
+		if m.Prefix {
+			name += "+"
 		}
-		return nil, nil
-	}
-	switch d.Mode {
-	case DetectLocalClusterCIDR:
-		return cidr(d.CIDRs)
-	case DetectLocalNodeCIDR:
-		return cidr(node.PodCIDRs)
-	case DetectLocalBridgeInterface:
-		if d.Interface != "" {
-			return []string{"-i", d.Interface}, []string{"!", "-i", d.Interface}
-		}
-	case DetectLocalInterfaceNamePrefix:
-		if d.Interface != "" {
-			return []string{"-i", d.Interface + "+"}, []string{"!", "-i", d.Interface + "+"}
-		}
+		return []string{"-i", name}, []string{"!", "-i", name}
 	}
 	return nil, nil
-}
-
-func familyOf(a netip.Addr) v1.IPFamily {
-	if a.Is4() || a.Is4In6() {
-		return v1.IPv4Protocol
-	}
-	return v1.IPv6Protocol
 }
 
 // LocalhostNodePortsActive reports whether NodePorts answer on 127.0.0.0/8 for this configuration and node:
@@ -113,27 +63,26 @@ type nodePortAddrs struct {
 	v4Loopback bool           // the selection contains 127.0.0.1
 }
 
+// nodePortAddrs resolves the NodePort addresses for node (Settings.NodePortCIDRs) and keeps apart the
+// primary IP that "primary" selects: it gets a rule of its own, "-d nodeIP", as upstream's.
 func (c *Config) nodePortAddrs(node *proxy.Node) nodePortAddrs {
+	v4 := c.Family == v1.IPv4Protocol
+	cidrs, all := c.NodePortCIDRs(node)
+	if all {
+		return nodePortAddrs{all: true, v4Loopback: v4}
+	}
 	var n nodePortAddrs
-	for _, p := range c.NodePortAddresses {
-		if familyOf(p.Addr()) != c.Family {
-			continue
+	if ip := c.NodeIP(node); c.NodePortAddresses.Primary && ip.IsValid() && !ip.IsLoopback() {
+		if i := slices.Index(cidrs, netip.PrefixFrom(ip, ip.BitLen())); i >= 0 {
+			n.primary, cidrs = ip, slices.Delete(cidrs, i, i+1)
 		}
+	}
+	for _, p := range cidrs {
 		p = p.Masked()
-		if p.Bits() == 0 {
-			return nodePortAddrs{all: true, v4Loopback: c.Family == v1.IPv4Protocol}
-		}
 		if p.Addr().IsLoopback() || p.Contains(netip.AddrFrom4([4]byte{127, 0, 0, 0})) {
-			n.v4Loopback = n.v4Loopback || c.Family == v1.IPv4Protocol
+			n.v4Loopback = n.v4Loopback || v4
 		}
 		n.prefixes = append(n.prefixes, p)
-	}
-	if c.NodePortPrimary && len(node.IPs) > 0 && !node.IPs[0].IsLoopback() && familyOf(node.IPs[0]) == c.Family {
-		n.primary = node.IPs[0]
-	}
-	if len(n.prefixes) == 0 && !n.primary.IsValid() {
-		// As upstream: no address of this family selected means all of them.
-		return nodePortAddrs{all: true, v4Loopback: c.Family == v1.IPv4Protocol}
 	}
 	return n
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -135,8 +136,7 @@ func newTestDataplane(t *testing.T, k *fakeKernel, cfg Config) (*Dataplane, *pro
 }
 
 func v4Config() Config {
-	return Config{Family: v1.IPv4Protocol, MasqueradeBit: 14, LocalhostNodePorts: true,
-		LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+	return with(testConfig(v1.IPv4Protocol, clusterCIDR("10.244.0.0/16")), func(c *Config) { c.LocalhostNodePorts = true })
 }
 
 // reach traces a new TCP connection from a client outside the node to ip:port.
@@ -355,9 +355,9 @@ func TestDataplaneReconfigure(t *testing.T) {
 		t.Fatal("masqueradeAll not in force after the reconfigured sync")
 	}
 	bad := config.Default()
-	bad.IPTables.MasqueradeBit = ptr(int32(0))
+	bad.DetectLocalMode = "Elsewhere"
 	if err := dp.Reconfigure(bad); err == nil {
-		t.Fatal("Reconfigure accepted masqueradeBit 0")
+		t.Fatal("Reconfigure accepted an unknown detectLocalMode")
 	}
 	if !dp.Config().MasqueradeAll {
 		t.Fatal("a refused Reconfigure changed the config")
@@ -495,22 +495,21 @@ func TestConfigFrom(t *testing.T) {
 	c.ClusterCIDR = "10.244.0.0/16,fd00:10:244::/48"
 	c.NodePortAddresses = []string{"192.0.2.0/24", "primary", "2001:db8::/64"}
 	c.IPTables.MasqueradeBit = ptr(int32(12))
+	c.Conntrack.TCPBeLiberal = true
 	got, err := ConfigFrom(c, v1.IPv6Protocol)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.MasqueradeBit != 12 || got.LocalDetector.Mode != DetectLocalClusterCIDR || !got.NodePortPrimary ||
-		!slices.Equal(got.NodePortAddresses, []netip.Prefix{netip.MustParsePrefix("2001:db8::/64")}) {
-		t.Errorf("ConfigFrom(IPv6) = %+v", got)
+	want, err := proxy.SettingsFor(c, v1.IPv6Protocol)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.ClusterCIDR = ""
-	if got, _ := ConfigFrom(c, v1.IPv4Protocol); got.LocalDetector.Mode != DetectLocalNone {
-		t.Errorf("no clusterCIDR: detector %q, want none", got.LocalDetector.Mode)
+	if !reflect.DeepEqual(got, Config{Settings: want, TCPBeLiberal: true}) {
+		t.Errorf("ConfigFrom(IPv6) = %+v, want the settings of proxy.SettingsFor %+v", got, want)
 	}
-	c.DetectLocalMode = config.LocalModeInterfaceNamePrefix
-	c.DetectLocal.InterfaceNamePrefix = "veth"
-	if got, _ := ConfigFrom(c, v1.IPv4Protocol); got.LocalDetector.Mode != DetectLocalInterfaceNamePrefix || got.LocalDetector.Interface != "veth" {
-		t.Errorf("interface prefix detector: %+v", got.LocalDetector)
+	c.IPTables.MasqueradeBit = ptr(int32(32))
+	if _, err := ConfigFrom(c, v1.IPv4Protocol); err == nil {
+		t.Error("ConfigFrom accepted masqueradeBit 32")
 	}
 }
 

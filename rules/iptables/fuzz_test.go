@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/internal/netnstest"
 	"kube-proxy/rules/iptables/iptrace"
@@ -43,31 +44,31 @@ func (g *gen) addr(ipv6 bool, net byte, host int) netip.Addr {
 }
 
 func (g *gen) config(ipv6 bool) Config {
-	family := v4
+	family, podCIDR := v4, netip.PrefixFrom(g.addr(false, 244, 0), 16)
 	if ipv6 {
-		family = v6
+		family, podCIDR = v6, netip.PrefixFrom(g.addr(true, 244, 0), 48)
 	}
-	cfg := Config{Family: family, MasqueradeAll: g.bit(), LocalhostNodePorts: g.bit(), TCPBeLiberal: g.bit()}
+	cfg := testConfig(family, proxy.LocalDetector{})
+	cfg.MasqueradeAll, cfg.LocalhostNodePorts, cfg.TCPBeLiberal = g.bit(), g.bit(), g.bit()
 	switch g.n(5) {
 	case 1:
-		cfg.LocalDetector = LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: []netip.Prefix{
-			netip.PrefixFrom(g.addr(false, 244, 0), 16), netip.PrefixFrom(g.addr(true, 244, 0), 48)}}
+		cfg.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeClusterCIDR, CIDR: podCIDR}
 	case 2:
-		cfg.LocalDetector = LocalDetector{Mode: DetectLocalNodeCIDR}
+		cfg.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeNodeCIDR}
 	case 3:
-		cfg.LocalDetector = LocalDetector{Mode: DetectLocalBridgeInterface, Interface: "cbr0"}
+		cfg.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeBridgeInterface, Interface: "cbr0"}
 	case 4:
-		cfg.LocalDetector = LocalDetector{Mode: DetectLocalInterfaceNamePrefix, Interface: "veth"}
+		cfg.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeInterfaceNamePrefix, Interface: "veth"}
 	}
 	switch g.n(5) {
 	case 1:
-		cfg.NodePortAddresses = prefixes("10.0.0.0/8", "127.0.0.0/8", "fd00::/8", "::1/128")
+		cfg.NodePortAddresses = npAddrs(family, "10.0.0.0/8", "127.0.0.0/8", "fd00::/8", "::1/128")
 	case 2:
-		cfg.NodePortPrimary = true
+		cfg.NodePortAddresses = npAddrs(family, "primary")
 	case 3:
-		cfg.NodePortAddresses = prefixes("0.0.0.0/1", "::/1")
+		cfg.NodePortAddresses = npAddrs(family, "0.0.0.0/1", "::/1")
 	case 4:
-		cfg.NodePortAddresses = prefixes("192.168.0.0/16")
+		cfg.NodePortAddresses = npAddrs(family, "192.168.0.0/16")
 	}
 	return cfg
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables/iptrace"
 )
@@ -44,8 +45,8 @@ func goldenCases() []goldenCase {
 	node := v4Node("10.0.0.1")
 	nodeWithCIDR := node
 	nodeWithCIDR.PodCIDRs = prefixes("10.244.1.0/24")
-	clusterCIDR := LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: prefixes("fd00:10:244::/48", "10.244.0.0/16")}
-	cfg := Config{Family: v4, LocalDetector: clusterCIDR}
+	cfg := testConfig(v4, clusterCIDR("10.244.0.0/16"))
+	noDetect := testConfig(v4, proxy.LocalDetector{})
 
 	npSvc := func() *proxy.ServicePort {
 		return port("default/np", "http", v1.ProtocolTCP, "10.96.0.20", 80, nodePort(30080),
@@ -68,19 +69,21 @@ func goldenCases() []goldenCase {
 	}
 
 	return []goldenCase{
-		{"clusterip", Config{Family: v4}, []step{full(seed000())}},
+		{"clusterip", noDetect, []step{full(seed000())}},
 		{"nodeport", cfg, []step{full(snapshot(v4, node, npSvc()))}},
-		{"nodeport-localhost", Config{Family: v4, LocalDetector: clusterCIDR, LocalhostNodePorts: true},
+		{"nodeport-localhost", with(cfg, func(c *Config) { c.LocalhostNodePorts = true }),
 			[]step{full(snapshot(v4, node, npSvc()))}},
-		{"nodeport-cidrs", Config{Family: v4, LocalDetector: clusterCIDR,
-			NodePortAddresses: prefixes("10.0.0.0/8", "192.168.5.7/32", "127.0.0.0/8", "2001:db8::/32")},
+		{"nodeport-cidrs", with(cfg, func(c *Config) {
+			c.NodePortAddresses = npAddrs(v4, "10.0.0.0/8", "192.168.5.7/32", "127.0.0.0/8", "2001:db8::/32")
+		}),
 			[]step{full(snapshot(v4, node, npSvc()))}},
-		{"nodeport-cidrs-localhost", Config{Family: v4, LocalDetector: clusterCIDR, LocalhostNodePorts: true,
-			NodePortAddresses: prefixes("10.0.0.0/8", "127.0.0.0/8")},
+		{"nodeport-cidrs-localhost", with(cfg, func(c *Config) {
+			c.LocalhostNodePorts, c.NodePortAddresses = true, npAddrs(v4, "10.0.0.0/8", "127.0.0.0/8")
+		}),
 			[]step{full(snapshot(v4, node, npSvc()))}},
-		{"nodeport-wide-cidr", Config{Family: v4, LocalDetector: clusterCIDR, NodePortAddresses: prefixes("0.0.0.0/1")},
+		{"nodeport-wide-cidr", with(cfg, func(c *Config) { c.NodePortAddresses = npAddrs(v4, "0.0.0.0/1") }),
 			[]step{full(snapshot(v4, node, npSvc()))}},
-		{"nodeport-primary", Config{Family: v4, LocalDetector: clusterCIDR, NodePortPrimary: true, LocalhostNodePorts: true},
+		{"nodeport-primary", with(cfg, func(c *Config) { c.NodePortAddresses, c.LocalhostNodePorts = npAddrs(v4, "primary"), true }),
 			[]step{full(snapshot(v4, node, npSvc()))}},
 		{"externalips", cfg, []step{full(snapshot(v4, node,
 			port("default/ext", "", v1.ProtocolTCP, "10.96.0.30", 80, externalIPs("192.0.2.10", "192.0.2.11"),
@@ -105,15 +108,25 @@ func goldenCases() []goldenCase {
 			port("default/empty", "p", v1.ProtocolTCP, "10.96.0.80", 80, nodePort(30080), externalIPs("192.0.2.80"),
 				lbIPs("203.0.113.80"), sourceRanges("198.51.100.0/24")),
 			port("default/not-ready", "", v1.ProtocolTCP, "10.96.0.81", 80, eps("10.244.2.6:80,notready"))))}},
-		{"masquerade-all", Config{Family: v4, MasqueradeAll: true, LocalDetector: clusterCIDR, TCPBeLiberal: true, MasqueradeBit: 12},
+		{"masquerade-all", with(cfg, func(c *Config) { c.MasqueradeAll, c.TCPBeLiberal, c.MasqueradeBit = true, true, 12 }),
 			[]step{full(snapshot(v4, node, npSvc()))}},
-		{"detect-local-none", Config{Family: v4}, []step{full(snapshot(v4, node, lbLocal()))}},
+		// Bit 0 is mark 0x1, formatted as upstream formats marks.
+		{"masquerade-bit-0", configFrom(func(c *config.KubeProxyConfiguration) { c.IPTables.MasqueradeBit = ptr(int32(0)) }),
+			[]step{full(snapshot(v4, node, npSvc()))}},
+		// A bindAddress is the primary IP: "primary" NodePorts answer on it, and a source range holding it
+		// (but not the Node's first IP) lets the node's own requests to the load balancer through.
+		{"bind-address", configFrom(func(c *config.KubeProxyConfiguration) {
+			c.BindAddress, c.NodePortAddresses = "10.0.0.9", []string{"primary"}
+		}), []step{full(snapshot(v4, node,
+			port("default/lb", "https", v1.ProtocolTCP, "10.96.0.50", 443, nodePort(30444),
+				lbIPs("203.0.113.20"), sourceRanges("198.51.100.0/24", "10.0.0.8/30"), eps("10.244.2.6:8443"))))}},
+		{"detect-local-none", noDetect, []step{full(snapshot(v4, node, lbLocal()))}},
 		{"detect-local-clustercidr", cfg, []step{full(snapshot(v4, node, lbLocal()))}},
-		{"detect-local-nodecidr", Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalNodeCIDR}},
+		{"detect-local-nodecidr", testConfig(v4, proxy.LocalDetector{Mode: config.LocalModeNodeCIDR}),
 			[]step{full(snapshot(v4, nodeWithCIDR, lbLocal()))}},
-		{"detect-local-bridge", Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalBridgeInterface, Interface: "cbr0"}},
+		{"detect-local-bridge", testConfig(v4, proxy.LocalDetector{Mode: config.LocalModeBridgeInterface, Interface: "cbr0"}),
 			[]step{full(snapshot(v4, node, lbLocal()))}},
-		{"detect-local-ifprefix", Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalInterfaceNamePrefix, Interface: "veth"}},
+		{"detect-local-ifprefix", testConfig(v4, proxy.LocalDetector{Mode: config.LocalModeInterfaceNamePrefix, Interface: "veth"}),
 			[]step{full(snapshot(v4, node, lbLocal()))}},
 		{"multiport", cfg, []step{full(snapshot(v4, node,
 			port("default/multi", "http", v1.ProtocolTCP, "10.96.0.90", 80, eps("10.244.2.6:8080", "10.244.3.7:8080")),
@@ -126,7 +139,7 @@ func goldenCases() []goldenCase {
 			port("default/rolling", "", v1.ProtocolTCP, "10.96.0.100", 80, nodePort(30100), etpLocal(31100),
 				eps("10.244.1.5:80,local,notready,terminating", "10.244.2.6:80,notready,terminating",
 					"10.244.3.7:80,notready,terminating,notserving"))))}},
-		{"ipv6", Config{Family: v6, LocalDetector: clusterCIDR, LocalhostNodePorts: true}, []step{full(snapshot(v6,
+		{"ipv6", with(testConfig(v6, clusterCIDR("fd00:10:244::/48")), func(c *Config) { c.LocalhostNodePorts = true }), []step{full(snapshot(v6,
 			proxy.Node{Name: testNode, Known: true, IPs: []netipAddr{mustAddr("fd00::1")}},
 			port("default/np6", "", v1.ProtocolTCP, "fd00:96::20", 80, nodePort(30080), lbIPs("2001:db8::10"),
 				sourceRanges("2001:db8:1::/48"), affinity(60), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:2::6]:8080"))))}},

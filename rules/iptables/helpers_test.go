@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
 )
@@ -47,6 +48,38 @@ func seed000() *proxy.Snapshot {
 	return snapshot(v1.IPv4Protocol, v4Node("10.0.0.1"),
 		port("default/clusterip-service", "", v1.ProtocolTCP, "10.100.100.100", 80,
 			eps("192.168.11.73:80", "192.168.11.74:80", "192.168.221.10:80")))
+}
+
+// testConfig returns a Config of family with the masquerade bit SettingsFor defaults to (14) and the local
+// detector d; nothing else is set: NodePorts answer on every address, not on localhost.
+func testConfig(family v1.IPFamily, d proxy.LocalDetector) Config {
+	return Config{Settings: proxy.Settings{Family: family, MasqueradeBit: config.DefaultMasqueradeBit, LocalDetector: d}}
+}
+
+// configFrom returns what ConfigFrom derives for IPv4 from the default configuration with clusterCIDR
+// 10.244.0.0/16, changed by edit.
+func configFrom(edit func(*config.KubeProxyConfiguration)) Config {
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	edit(c)
+	cfg, err := ConfigFrom(c, v1.IPv4Protocol)
+	if err != nil {
+		panic(err)
+	}
+	return cfg
+}
+
+// with returns c changed by f.
+func with(c Config, f func(*Config)) Config { f(&c); return c }
+
+// clusterCIDR detects local traffic by its source in cidr (detectLocalMode ClusterCIDR).
+func clusterCIDR(cidr string) proxy.LocalDetector {
+	return proxy.LocalDetector{Mode: config.LocalModeClusterCIDR, CIDR: netip.MustParsePrefix(cidr)}
+}
+
+// npAddrs is what ParseNodePortAddresses keeps of a nodePortAddresses list for family.
+func npAddrs(family v1.IPFamily, list ...string) proxy.NodePortAddresses {
+	return proxy.ParseNodePortAddresses(list, family)
 }
 
 type netipAddr = netip.Addr

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"kube-proxy/proxy"
 	"kube-proxy/rules/internal/netnstest"
 	"kube-proxy/rules/iptables/iptrace"
 )
@@ -40,7 +41,7 @@ func checkSeed000(t *testing.T, saved string) {
 // TestSeed000Fake checks the seed 000 lines against the tracer's iptables-save emulation; it runs
 // everywhere. TestSeed000Kernel checks them against the real thing.
 func TestSeed000Fake(t *testing.T) {
-	res, err := NewRenderer(Config{Family: v4}).Render(seed000(), nil, true, nil)
+	res, err := NewRenderer(testConfig(v4, proxy.LocalDetector{})).Render(seed000(), nil, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestSeed000Kernel(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ns := netnstest.New(t)
 			netnstest.Check(t, backend, false)
-			res, err := NewRenderer(Config{Family: v4}).Render(seed000(), nil, true, nil)
+			res, err := NewRenderer(testConfig(v4, proxy.LocalDetector{})).Render(seed000(), nil, true, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -43,7 +43,7 @@ type Result struct {
 // not safe for concurrent use.
 type Renderer struct {
 	cfg  Config
-	mark string // the masquerade mark as upstream formats it, "0x00004000"
+	mark string // the masquerade mark as upstream formats it, "0x00004000" for bit 14
 
 	// states caches per Service port what does not change unless the port does; order holds the states of
 	// last's ports sorted by name, owned the nat chains they and the shared chains make up, sorted, and
@@ -77,9 +77,6 @@ type Renderer struct {
 
 // NewRenderer returns a renderer for one configuration and IP family.
 func NewRenderer(cfg Config) *Renderer {
-	if cfg.MasqueradeBit == 0 {
-		cfg.MasqueradeBit = 14
-	}
 	if cfg.Family == "" {
 		cfg.Family = v1.IPv4Protocol
 	}
@@ -88,7 +85,7 @@ func NewRenderer(cfg Config) *Renderer {
 		bucketsLast: map[int]bool{},
 		touched:     map[int]bool{},
 		cfg:         cfg,
-		mark:        fmt.Sprintf("%#08x", 1<<uint(cfg.MasqueradeBit)),
+		mark:        fmt.Sprintf("%#08x", cfg.MasqueradeMark()),
 		states:      map[proxy.ServicePortName]*svcState{},
 		dirty:       map[proxy.ServicePortName]bool{},
 		write:       map[proxy.ServicePortName]bool{},
@@ -128,10 +125,8 @@ func (r *Renderer) probability(n int) string {
 func (r *Renderer) globals(snap *proxy.Snapshot, total int) globals {
 	var g globals
 	g.large = total > largeClusterEndpoints
-	if len(snap.Node.IPs) > 0 {
-		g.nodeIP = snap.Node.IPs[0]
-	}
-	g.ifLocal, g.ifNotLocal = r.cfg.LocalDetector.args(r.cfg.Family, &snap.Node)
+	g.nodeIP = r.cfg.NodeIP(&snap.Node)
+	g.ifLocal, g.ifNotLocal = localArgs(r.cfg.LocalDetector.For(r.cfg.Family, &snap.Node))
 	return g
 }
 

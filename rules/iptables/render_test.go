@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables/iptrace"
 )
@@ -32,7 +33,7 @@ func TestChainNames(t *testing.T) {
 }
 
 func TestRenderErrors(t *testing.T) {
-	r := NewRenderer(Config{Family: v4})
+	r := NewRenderer(testConfig(v4, proxy.LocalDetector{}))
 	if _, err := r.Render(snapshot(v6, proxy.Node{}), nil, true, nil); err == nil {
 		t.Error("an IPv6 snapshot rendered by an IPv4 renderer: no error")
 	}
@@ -51,7 +52,7 @@ func TestRenderErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := NewRenderer(Config{Family: v4}).Render(seed000(), nil, true, nil)
+	fresh, err := NewRenderer(testConfig(v4, proxy.LocalDetector{})).Render(seed000(), nil, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestRenderErrors(t *testing.T) {
 // partial render against the last applied snapshot still converges, as does a partial render by a renderer
 // that never saw prev.
 func TestPartialAfterUnappliedRender(t *testing.T) {
-	cfg := Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: prefixes("10.244.0.0/16")}}
+	cfg := testConfig(v4, clusterCIDR("10.244.0.0/16"))
 	a := snapshot(v4, v4Node("10.0.0.1"),
 		port("ns/a", "", v1.ProtocolTCP, "10.96.0.1", 80, eps("10.244.1.1:80", "10.244.1.2:80")),
 		port("ns/b", "", v1.ProtocolTCP, "10.96.0.2", 80, nodePort(30002), eps("10.244.1.3:80")),
@@ -122,7 +123,7 @@ func mustRender(t *testing.T, r *Renderer, snap, prev *proxy.Snapshot, full bool
 // TestPartialRewritesAllOnNodeChange: with NodeCIDR detection, a new pod CIDR changes every Service's
 // masquerade rule, so a partial render rewrites them all.
 func TestPartialRewritesAllOnNodeChange(t *testing.T) {
-	cfg := Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalNodeCIDR}}
+	cfg := testConfig(v4, proxy.LocalDetector{Mode: config.LocalModeNodeCIDR})
 	node := v4Node("10.0.0.1")
 	node.PodCIDRs = prefixes("10.244.1.0/24")
 	a := snapshot(v4, node,
@@ -176,27 +177,36 @@ func TestJumpRulesAndCanaries(t *testing.T) {
 
 func TestLocalhostNodePortsActive(t *testing.T) {
 	node := v4Node("10.0.0.1")
+	cfg := func(family v1.IPFamily, localhost bool, nodePortAddresses ...string) Config {
+		return Config{Settings: proxy.Settings{Family: family, LocalhostNodePorts: localhost,
+			NodePortAddresses: npAddrs(family, nodePortAddresses...)}}
+	}
 	for _, tc := range []struct {
 		cfg  Config
 		want bool
 	}{
-		{Config{Family: v4, LocalhostNodePorts: true}, true},
-		{Config{Family: v4}, false},
-		{Config{Family: v6, LocalhostNodePorts: true}, false},
-		{Config{Family: v4, LocalhostNodePorts: true, NodePortAddresses: prefixes("10.0.0.0/8")}, false},
-		{Config{Family: v4, LocalhostNodePorts: true, NodePortAddresses: prefixes("10.0.0.0/8", "127.0.0.0/8")}, true},
-		{Config{Family: v4, LocalhostNodePorts: true, NodePortAddresses: prefixes("fd00::/8")}, true}, // none of this family: all
-		{Config{Family: v4, LocalhostNodePorts: true, NodePortPrimary: true}, false},
-		{Config{Family: v4, LocalhostNodePorts: true, NodePortAddresses: prefixes("0.0.0.0/1")}, true},
+		{cfg(v4, true), true},
+		{cfg(v4, false), false},
+		{cfg(v6, true), false},
+		{cfg(v4, true, "10.0.0.0/8"), false},
+		{cfg(v4, true, "10.0.0.0/8", "127.0.0.0/8"), true},
+		{cfg(v4, true, "fd00::/8"), true}, // none of this family: all
+		{cfg(v4, true, "primary"), false},
+		{cfg(v4, true, "0.0.0.0/1"), true},
 	} {
 		if got := tc.cfg.LocalhostNodePortsActive(&node); got != tc.want {
 			t.Errorf("%+v: got %v, want %v", tc.cfg, got, tc.want)
 		}
 	}
 	// "primary" before the Node is known selects nothing, which means all addresses, as upstream does
-	// when the node IP is unknown at start-up.
+	// when the node IP is unknown at start-up; a bindAddress is the primary IP from the start.
 	unknown := proxy.Node{Name: testNode}
-	if !(&Config{Family: v4, LocalhostNodePorts: true, NodePortPrimary: true}).LocalhostNodePortsActive(&unknown) {
+	primary := cfg(v4, true, "primary")
+	if !primary.LocalhostNodePortsActive(&unknown) {
 		t.Error("primary without node IPs should select all addresses")
+	}
+	primary.BindAddress = mustAddr("10.0.0.9")
+	if primary.LocalhostNodePortsActive(&unknown) {
+		t.Error("primary with a bindAddress selects that address, not loopback")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables/iptrace"
 )
@@ -179,7 +180,7 @@ func TestTraceCases(t *testing.T) {
 		{"10.96.1.10:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
 		{"10.96.1.10:80", "tcp", source{name: "sticky pod", src: "10.244.1.7", in: "veth7", recent: []string{stickyRemote}}, reach(false, remoteEP)},
 	}
-	cfg := Config{Family: v4, LocalDetector: LocalDetector{Mode: DetectLocalClusterCIDR, CIDRs: prefixes("10.244.0.0/16")}, LocalhostNodePorts: true}
+	cfg := with(testConfig(v4, clusterCIDR("10.244.0.0/16")), func(c *Config) { c.LocalhostNodePorts = true })
 	ts := kernelState(t, cfg, snap)
 	for _, tc := range cases {
 		t.Run(tc.from.name+"->"+tc.dst+"/"+tc.proto, func(t *testing.T) {
@@ -195,7 +196,7 @@ func TestTraceCases(t *testing.T) {
 // without localhostNodePorts, and IPv6 always.
 func TestTraceLocalhostNodePorts(t *testing.T) {
 	v4snap := snapshot(v4, v4Node("10.0.0.1"), port("t/np", "", v1.ProtocolTCP, "10.96.1.2", 80, nodePort(30002), eps(remoteEP)))
-	ts := kernelState(t, Config{Family: v4}, v4snap)
+	ts := kernelState(t, testConfig(v4, proxy.LocalDetector{}), v4snap)
 	if got, res := trace(t, ts, fromLocalhost, "127.0.0.1:30002", "tcp"); !cmp.Equal(got, untouched) {
 		t.Errorf("IPv4 localhost NodePort without localhostNodePorts: got %+v\n%s", got, res)
 	}
@@ -206,7 +207,7 @@ func TestTraceLocalhostNodePorts(t *testing.T) {
 	ep6 := "[fd00:10:244:2::6]:8080"
 	v6snap := snapshot(v6, proxy.Node{Name: testNode, IPs: []netip.Addr{mustAddr("fd00::1")}},
 		port("t/np", "", v1.ProtocolTCP, "fd00:96::2", 80, nodePort(30002), eps(ep6)))
-	ts6 := kernelState(t, Config{Family: v6, LocalhostNodePorts: true}, v6snap)
+	ts6 := kernelState(t, with(testConfig(v6, proxy.LocalDetector{}), func(c *Config) { c.LocalhostNodePorts = true }), v6snap)
 	if got, res := trace(t, ts6, source{name: "localhost6", src: "::1"}, "[::1]:30002", "tcp"); !cmp.Equal(got, untouched) {
 		t.Errorf("IPv6 localhost NodePort: got %+v\n%s", got, res)
 	}
@@ -241,4 +242,57 @@ func trace(t *testing.T, ts *iptrace.Tables, from source, dst, proto string) (ex
 		got.Masq = false // a dropped packet reaches no POSTROUTING
 	}
 	return got, res
+}
+
+// TestTraceMasqueradeBit0: iptables.masqueradeBit 0 is mark 0x1; traffic needing SNAT is marked with it
+// and masqueraded, and iptables-save shows the marks as it does for upstream's rules with bit 0
+// (TestGoldenKernel checks the tracer's iptables-save against the kernel's).
+func TestTraceMasqueradeBit0(t *testing.T) {
+	cfg := configFrom(func(c *config.KubeProxyConfiguration) { c.IPTables.MasqueradeBit = ptr(int32(0)) })
+	snap := snapshot(v4, v4Node("10.0.0.1"), port("t/np", "", v1.ProtocolTCP, "10.96.1.2", 80, nodePort(30002), eps(remoteEP)))
+	ts := kernelState(t, cfg, snap)
+	saved := ts.Save("nat") + ts.Save("filter")
+	for _, want := range []string{
+		"-A KUBE-MARK-MASQ -j MARK --set-xmark 0x1/0x1",
+		"-A KUBE-POSTROUTING -m mark ! --mark 0x1/0x1 -j RETURN",
+		`-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x1/0x1 -j ACCEPT`,
+	} {
+		if !slices.Contains(strings.Split(saved, "\n"), want) {
+			t.Errorf("iptables-save lacks %q:\n%s", want, saved)
+		}
+	}
+	if got, res := trace(t, ts, fromOtherNode, "10.0.0.1:30002", "tcp"); !cmp.Equal(got, reach(true, remoteEP)) {
+		t.Errorf("NodePort with masqueradeBit 0: got %+v\n%s", got, res)
+	}
+	if got, res := trace(t, ts, fromPod, "10.96.1.2:80", "tcp"); !cmp.Equal(got, reach(false, remoteEP)) {
+		t.Errorf("cluster IP from a local pod with masqueradeBit 0: got %+v\n%s", got, res)
+	}
+}
+
+// TestTraceBindAddress: a bindAddress other than the Node's first IP is the node's primary IP, as upstream
+// decides it: "primary" NodePorts answer on it (and not on the Node's first IP), and a
+// loadBalancerSourceRanges entry that holds it lets the node reach the load balancer from the load
+// balancer's own address.
+func TestTraceBindAddress(t *testing.T) {
+	cfg := configFrom(func(c *config.KubeProxyConfiguration) {
+		c.BindAddress, c.NodePortAddresses = "10.0.0.9", []string{"primary"}
+	})
+	snap := snapshot(v4, v4Node("10.0.0.1"), port("t/fw", "", v1.ProtocolTCP, "10.96.1.7", 80, nodePort(30007),
+		lbIPs("203.0.113.7"), sourceRanges("10.0.0.8/30"), eps(remoteEP)))
+	ts := kernelState(t, cfg, snap)
+	fromVIP := source{name: "node, from the load balancer IP", src: "203.0.113.7"}
+	for _, tc := range []struct {
+		dst  string
+		from source
+		want expect
+	}{
+		{"10.0.0.9:30007", fromOtherNode, reach(true, remoteEP)},
+		{"10.0.0.1:30007", fromOtherNode, untouched},
+		{"203.0.113.7:80", fromVIP, reach(true, remoteEP)},
+		{"203.0.113.7:80", fromOutside, dropped},
+	} {
+		if got, res := trace(t, ts, tc.from, tc.dst, "tcp"); !cmp.Equal(got, tc.want) {
+			t.Errorf("%s -> %s: got %+v, want %+v\n%s", tc.from.name, tc.dst, got, tc.want, res)
+		}
+	}
 }

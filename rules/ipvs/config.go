@@ -16,34 +16,15 @@ import (
 // Schedulers are the IPVS schedulers ipvs.scheduler may name: those of the Linux kernel's ip_vs_* modules.
 var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
 
-// Detect-local modes, named as in the configuration.
-const (
-	detectNone         = ""
-	detectClusterCIDR  = string(config.LocalModeClusterCIDR)
-	detectNodeCIDR     = string(config.LocalModeNodeCIDR)
-	detectBridge       = string(config.LocalModeBridgeInterface)
-	detectIfNamePrefix = string(config.LocalModeInterfaceNamePrefix)
-)
-
 // Config is everything besides the snapshot and the node's addresses that the plan depends on, for one IP
 // family. NewConfig derives it from the configuration file.
 type Config struct {
-	// Family is the IP family planned for.
-	Family v1.IPFamily
+	// Settings are the per-family settings every mode shares (proxy.SettingsFor): the family planned for,
+	// masqueradeAll and the masquerade bit, local-traffic detection, the NodePort addresses and the
+	// node's primary IP.
+	proxy.Settings
 	// Scheduler is the IPVS scheduler of every virtual server.
 	Scheduler string
-	// MasqueradeAll masquerades all traffic to cluster IPs.
-	MasqueradeAll bool
-	// MasqueradeBit is the fwmark bit marking packets to masquerade (upstream's default is 14).
-	MasqueradeBit int
-	// DetectLocal says how traffic from local pods is recognised: one of the detect* modes, with CIDR for
-	// ClusterCIDR (the cluster CIDR of Family; invalid when none is configured) and Interface for the two
-	// interface modes. NodeCIDR reads the node's pod CIDRs from the snapshot.
-	DetectLocal     string
-	DetectLocalCIDR netip.Prefix
-	Interface       string
-	// NodePortAddresses selects the node addresses NodePorts answer on.
-	NodePortAddresses proxy.NodePortAddresses
 	// ExcludeCIDRs protect virtual servers made by others: one inside them that no Service wants is never
 	// deleted.
 	ExcludeCIDRs []netip.Prefix
@@ -55,28 +36,23 @@ type Config struct {
 
 // NewConfig derives the IPVS configuration of one family from a validated configuration.
 func NewConfig(cfg *config.KubeProxyConfiguration, family v1.IPFamily) (Config, error) {
+	s, err := proxy.SettingsFor(cfg, family)
+	if err != nil {
+		return Config{}, err
+	}
 	c := Config{
-		Family:            family,
-		Scheduler:         cfg.IPVS.Scheduler,
-		MasqueradeAll:     cfg.IPTables.MasqueradeAll,
-		MasqueradeBit:     14,
-		NodePortAddresses: proxy.ParseNodePortAddresses(cfg.NodePortAddresses, family),
-		StrictARP:         cfg.IPVS.StrictARP,
-		TCPTimeout:        cfg.IPVS.TCPTimeout.Duration,
-		TCPFinTimeout:     cfg.IPVS.TCPFinTimeout.Duration,
-		UDPTimeout:        cfg.IPVS.UDPTimeout.Duration,
+		Settings:      s,
+		Scheduler:     cfg.IPVS.Scheduler,
+		StrictARP:     cfg.IPVS.StrictARP,
+		TCPTimeout:    cfg.IPVS.TCPTimeout.Duration,
+		TCPFinTimeout: cfg.IPVS.TCPFinTimeout.Duration,
+		UDPTimeout:    cfg.IPVS.UDPTimeout.Duration,
 	}
 	if c.Scheduler == "" {
 		c.Scheduler = "rr"
 	}
 	if !slices.Contains(Schedulers, c.Scheduler) {
 		return c, fmt.Errorf("ipvs.scheduler: unknown IPVS scheduler %q; must be one of %s", c.Scheduler, strings.Join(Schedulers, ", "))
-	}
-	if b := cfg.IPTables.MasqueradeBit; b != nil {
-		if *b < 0 || *b > 31 {
-			return c, fmt.Errorf("iptables.masqueradeBit: %d is not within 0..31", *b)
-		}
-		c.MasqueradeBit = int(*b)
 	}
 	for i, s := range cfg.IPVS.ExcludeCIDRs {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
@@ -86,29 +62,6 @@ func NewConfig(cfg *config.KubeProxyConfiguration, family v1.IPFamily) (Config, 
 		if familyOf(p.Addr()) == family {
 			c.ExcludeCIDRs = append(c.ExcludeCIDRs, p.Masked())
 		}
-	}
-	switch mode := string(cfg.DetectLocalMode); mode {
-	case detectNone, detectClusterCIDR:
-		for _, s := range strings.Split(cfg.ClusterCIDR, ",") {
-			if s = strings.TrimSpace(s); s == "" {
-				continue
-			}
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return c, fmt.Errorf("clusterCIDR: %w", err)
-			}
-			if familyOf(p.Addr()) == family && !c.DetectLocalCIDR.IsValid() {
-				c.DetectLocal, c.DetectLocalCIDR = detectClusterCIDR, p.Masked()
-			}
-		}
-	case detectNodeCIDR:
-		c.DetectLocal = detectNodeCIDR
-	case detectBridge:
-		c.DetectLocal, c.Interface = detectBridge, cfg.DetectLocal.BridgeInterface
-	case detectIfNamePrefix:
-		c.DetectLocal, c.Interface = detectIfNamePrefix, cfg.DetectLocal.InterfaceNamePrefix
-	default:
-		return c, fmt.Errorf("detectLocalMode: unknown mode %q", mode)
 	}
 	return c, nil
 }
@@ -123,33 +76,22 @@ func (c *Config) excluded(addr netip.Addr) bool {
 	return false
 }
 
-// mark returns the masquerade mark as upstream's IPVS mode writes it ("0x004000").
+// mark returns the masquerade mark as upstream's IPVS mode writes it ("0x00004000" for bit 14).
 func (c *Config) mark() string {
-	return fmt.Sprintf("%#08x", uint32(1)<<uint(c.MasqueradeBit))
+	return fmt.Sprintf("%#08x", c.MasqueradeMark())
 }
 
-// localArgs returns the iptables arguments matching traffic that does NOT come from a local pod, or nil
-// when local traffic cannot be detected (the mode is unset, or NodeCIDR without a pod CIDR of the family).
+// notLocalArgs returns the iptables arguments matching traffic that does NOT come from a local pod, or nil
+// when local traffic cannot be detected (no cluster CIDR of the family, NodeCIDR without a pod CIDR of
+// the family, or no interface name).
 func (c *Config) notLocalArgs(node *proxy.Node) []string {
-	switch c.DetectLocal {
-	case detectClusterCIDR:
-		if c.DetectLocalCIDR.IsValid() {
-			return []string{"!", "-s", c.DetectLocalCIDR.String()}
-		}
-	case detectNodeCIDR:
-		for _, p := range node.PodCIDRs {
-			if familyOf(p.Addr()) == c.Family {
-				return []string{"!", "-s", p.Masked().String()}
-			}
-		}
-	case detectBridge:
-		if c.Interface != "" {
-			return []string{"!", "-i", c.Interface}
-		}
-	case detectIfNamePrefix:
-		if c.Interface != "" {
-			return []string{"!", "-i", c.Interface + "+"}
-		}
+	switch m := c.LocalDetector.For(c.Family, node); {
+	case m.CIDR.IsValid():
+		return []string{"!", "-s", m.CIDR.String()}
+	case m.Interface != "" && m.Prefix:
+		return []string{"!", "-i", m.Interface + "+"}
+	case m.Interface != "":
+		return []string{"!", "-i", m.Interface}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -421,8 +422,14 @@ func TestNewConfig(t *testing.T) {
 	if c4.Scheduler != "rr" || c4.MasqueradeBit != 14 || c4.mark() != "0x00004000" {
 		t.Errorf("defaults: %+v", c4)
 	}
-	if c4.DetectLocalCIDR.String() != "10.244.0.0/16" || c6.DetectLocalCIDR.String() != "fd00:10:244::/56" {
-		t.Errorf("cluster CIDRs: %v %v", c4.DetectLocalCIDR, c6.DetectLocalCIDR)
+	for _, c := range []Config{c4, c6} {
+		want, err := proxy.SettingsFor(kp, c.Family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(c.Settings, want) {
+			t.Errorf("%s settings %+v, want proxy.SettingsFor's %+v", c.Family, c.Settings, want)
+		}
 	}
 	if len(c4.ExcludeCIDRs) != 1 || len(c6.ExcludeCIDRs) != 1 {
 		t.Errorf("exclude CIDRs per family: %v %v", c4.ExcludeCIDRs, c6.ExcludeCIDRs)

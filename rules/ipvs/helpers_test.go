@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
 )
@@ -52,12 +53,12 @@ func derive(base *proxy.Snapshot, remove []string, ports ...*proxy.ServicePort) 
 }
 
 func testConfig(family v1.IPFamily) Config {
-	c := Config{Family: family, Scheduler: "rr", MasqueradeBit: 14, DetectLocal: detectClusterCIDR,
-		DetectLocalCIDR: netip.MustParsePrefix("10.244.0.0/16")}
+	cidr := netip.MustParsePrefix("10.244.0.0/16")
 	if family == v6 {
-		c.DetectLocalCIDR = netip.MustParsePrefix("fd00:10:244::/48")
+		cidr = netip.MustParsePrefix("fd00:10:244::/48")
 	}
-	return c
+	return Config{Scheduler: "rr", Settings: proxy.Settings{Family: family, MasqueradeBit: config.DefaultMasqueradeBit,
+		LocalDetector: proxy.LocalDetector{Mode: config.LocalModeClusterCIDR, CIDR: cidr}}}
 }
 
 // state is a readable dump of kernel state of one family: virtual servers with real servers, addresses on
@@ -222,3 +223,5 @@ func rkey(addrPort string) realKey {
 	ap := netip.MustParseAddrPort(addrPort)
 	return realKey{ap.Addr(), ap.Port()}
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -199,7 +199,7 @@ func newEnv(cfg *Config, node *proxy.Node, addrs []netip.Addr) env {
 	}
 	slices.SortFunc(e.local, netip.Addr.Compare)
 	e.local = slices.Compact(e.local)
-	cidrs, all := cfg.NodePortAddresses.For(node)
+	cidrs, all := cfg.NodePortCIDRs(node)
 	for _, a := range e.local {
 		if a.IsLoopback() || (a.Is6() && a.IsLinkLocalUnicast()) {
 			continue
@@ -299,13 +299,13 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 		}
 		if len(sp.LoadBalancerSourceRanges) > 0 {
 			add(setLoadBalancerFW, ipPort(ip))
-			allowNode := false
+			allowNode, nodeIP := false, cfg.NodeIP(node)
 			for _, r := range sp.LoadBalancerSourceRanges {
 				if familyOf(r.Addr()) != cfg.Family {
 					continue
 				}
 				add(setLoadBalancerSourceCIDR, entry{ip: ip, proto: proto, port: port, net: r.Masked()})
-				if len(node.IPs) > 0 && r.Contains(node.IPs[0]) {
+				if nodeIP.IsValid() && r.Contains(nodeIP) {
 					allowNode = true
 				}
 			}

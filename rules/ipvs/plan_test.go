@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 )
 
@@ -33,6 +34,18 @@ func planCases() []planCase {
 			append([]func(*proxy.ServicePort){eps("10.244.1.5:8080,local", "10.244.2.6:8080")}, opts...)...)
 	}
 	with := func(c Config, f func(*Config)) Config { f(&c); return c }
+	// fromConfig is NewConfig's IPv4 Config for the default configuration of mode ipvs with the cluster CIDR
+	// of testConfig, changed by edit.
+	fromConfig := func(edit func(*config.KubeProxyConfiguration)) Config {
+		kp := config.Default()
+		kp.Mode, kp.ClusterCIDR = config.ModeIPVS, "10.244.0.0/16"
+		edit(kp)
+		c, err := NewConfig(kp, v4)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
 	return []planCase{
 		{name: "clusterip", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(),
 			svc("kube-system/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.7:53", "10.244.3.8:53")),
@@ -76,14 +89,29 @@ func planCases() []planCase {
 			snap: snapshot(v4, n, web(affinity(60)))},
 		{name: "masquerade-all", cfg: with(cfg, func(c *Config) { c.MasqueradeAll = true; c.MasqueradeBit = 10 }),
 			addrs: addrs, snap: snapshot(v4, n, web())},
-		{name: "detect-local-none", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.DetectLocalCIDR = "", netip.Prefix{} }),
+		{name: "masquerade-bit-0", cfg: fromConfig(func(kp *config.KubeProxyConfiguration) { kp.IPTables.MasqueradeBit = ptr(int32(0)) }),
+			addrs: addrs, snap: snapshot(v4, n, web(nodePort(30080)))},
+		// A bindAddress that is not the Node's first IP is the primary IP: "primary" NodePorts answer on it,
+		// and source ranges holding it (not the Node's first IP) let the node reach the load balancer.
+		{name: "bind-address", cfg: fromConfig(func(kp *config.KubeProxyConfiguration) {
+			kp.BindAddress, kp.NodePortAddresses = "192.168.1.10", []string{"primary"}
+		}), addrs: []string{"192.168.0.10", "192.168.1.10", "10.244.1.1"}, snap: snapshot(v4, n,
+			svc("default/lb-bind", "", v1.ProtocolTCP, "10.96.0.15", 443, nodePort(30443), lbIPs("198.51.100.21"),
+				sourceRanges("192.168.1.0/24"), eps("10.244.2.6:8443")),
+			svc("default/lb-node", "", v1.ProtocolTCP, "10.96.0.16", 443, nodePort(30444), lbIPs("198.51.100.22"),
+				sourceRanges("192.168.0.0/24"), eps("10.244.2.6:8443")))},
+		{name: "detect-local-none", cfg: with(cfg, func(c *Config) { c.LocalDetector = proxy.LocalDetector{} }),
 			addrs: addrs, snap: snapshot(v4, n, web())},
-		{name: "detect-local-nodecidr", cfg: with(cfg, func(c *Config) { c.DetectLocal = detectNodeCIDR }),
+		{name: "detect-local-nodecidr", cfg: with(cfg, func(c *Config) { c.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeNodeCIDR} }),
 			addrs: addrs, snap: snapshot(v4, n, web(nodePort(30080), etpLocal(0), lbIPs("198.51.100.20")),
 				svc("default/remote", "", v1.ProtocolTCP, "10.96.0.17", 80, nodePort(30081), etpLocal(0), eps("10.244.2.6:8080")))},
-		{name: "detect-local-bridge", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.Interface = detectBridge, "cbr0" }),
+		{name: "detect-local-bridge", cfg: with(cfg, func(c *Config) {
+			c.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeBridgeInterface, Interface: "cbr0"}
+		}),
 			addrs: addrs, snap: snapshot(v4, n, web())},
-		{name: "detect-local-ifprefix", cfg: with(cfg, func(c *Config) { c.DetectLocal, c.Interface = detectIfNamePrefix, "veth" }),
+		{name: "detect-local-ifprefix", cfg: with(cfg, func(c *Config) {
+			c.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeInterfaceNamePrefix, Interface: "veth"}
+		}),
 			addrs: addrs, snap: snapshot(v4, n, web())},
 		{name: "conflict", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(externalIPs("203.0.113.7")),
 			svc("default/also", "", v1.ProtocolTCP, "10.96.0.21", 80, externalIPs("203.0.113.7"), eps("10.244.3.3:80")))},
@@ -162,6 +190,7 @@ func TestPlanSemantics(t *testing.T) {
 		}
 		return false
 	}
+	markOf := func(c Config) string { return c.mark() }
 	tests := []struct {
 		name string
 		got  any
@@ -193,6 +222,11 @@ func TestPlanSemantics(t *testing.T) {
 		{"conflict: first by name wins", realsOf("conflict", "203.0.113.7:80", protoTCP), "10.244.3.3:80"},
 		{"hairpin entry for local endpoints", has("clusterip", setLoopBack, "10.244.1.5,tcp:8080,10.244.1.5"), true},
 		{"source range containing the node", has("loadbalancer", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
+		{"masqueradeBit 0 is mark 0x1", markOf(cfgs["masquerade-bit-0"]), "0x00000001"},
+		{"bindAddress: primary NodePorts on it", realsOf("bind-address", "192.168.1.10:30443", protoTCP), "10.244.2.6:8443"},
+		{"bindAddress: not on the Node's first IP", realsOf("bind-address", "192.168.0.10:30443", protoTCP), "<no virtual server>"},
+		{"bindAddress: source range containing it", has("bind-address", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
+		{"bindAddress: source range with the Node's first IP only", plans["bind-address"].noNodeAccess[entry{ip: netip.MustParseAddr("198.51.100.22"), proto: protoTCP, port: 443}], 1},
 		{"source range without the node", plans["loadbalancer"].noNodeAccess[entry{ip: netip.MustParseAddr("198.51.100.22"), proto: protoTCP, port: 443}], 1},
 		{"IPv6 ignores IPv4 source ranges", len(plans["ipv6"].sets[setLoadBalancerSourceCIDR]), 1},
 		{"IPv6 node ports skip link-local", realsOf("ipv6", "[fe80::1]:30080", protoTCP), "<no virtual server>"},
