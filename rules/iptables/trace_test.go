@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/tracecases"
 	"kube-proxy/rules/iptables/iptrace"
 )
 
@@ -102,94 +104,28 @@ const (
 	remoteEP = "10.244.2.6:8080"
 )
 
-// TestTraceCases walks packets through rendered rules: ClusterIP, NodePort, externalIP and load balancer
-// addresses × traffic policies × sources.
+// TestTraceCases runs the table of truth every mode shares (rules/internal/tracecases) through the
+// rendered rules.
 func TestTraceCases(t *testing.T) {
-	both := eps(localEP+",local", remoteEP)
-	remoteOnly := eps(remoteEP)
-	snap := snapshot(v4, v4Node("10.0.0.1"),
-		port("t/cluster", "", v1.ProtocolTCP, "10.96.1.1", 80, both),
-		port("t/nodeport", "", v1.ProtocolTCP, "10.96.1.2", 80, nodePort(30002), both),
-		port("t/local", "", v1.ProtocolTCP, "10.96.1.3", 80, nodePort(30003), lbIPs("203.0.113.3"),
-			externalIPs("192.0.2.3"), etpLocal(31003), both),
-		port("t/local-none", "", v1.ProtocolTCP, "10.96.1.4", 80, nodePort(30004), lbIPs("203.0.113.4"),
-			etpLocal(31004), remoteOnly),
-		port("t/itp", "", v1.ProtocolUDP, "10.96.1.5", 53, itpLocal, eps("10.244.1.5:53,local", "10.244.2.6:53")),
-		port("t/itp-none", "", v1.ProtocolUDP, "10.96.1.6", 53, itpLocal, eps("10.244.2.6:53")),
-		port("t/fw", "", v1.ProtocolTCP, "10.96.1.7", 80, nodePort(30007), lbIPs("203.0.113.7"),
-			sourceRanges("198.51.100.0/24"), remoteOnly),
-		port("t/empty", "", v1.ProtocolTCP, "10.96.1.8", 80, nodePort(30008), externalIPs("192.0.2.8")),
-		port("t/external", "", v1.ProtocolSCTP, "10.96.1.9", 80, externalIPs("192.0.2.9"), both),
-		port("t/sticky", "", v1.ProtocolTCP, "10.96.1.10", 80, affinity(60), both),
-	)
-	sticky := snap.Services[port("t/sticky", "", v1.ProtocolTCP, "10.96.1.10", 80).Name]
-	stickyRemote := EndpointChainName(sticky.Name, remoteEP)
-
-	cases := []struct {
-		dst   string
-		proto string
-		from  source
-		want  expect
-	}{
-		// ClusterIP: spread over all endpoints; masqueraded unless from a local pod.
-		{"10.96.1.1:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
-		{"10.96.1.1:80", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
-		{"10.96.1.1:80", "tcp", fromNode, reach(true, localEP, remoteEP)},
-		{"10.96.1.1:81", "tcp", fromPod, untouched},
-		{"10.96.1.1:80", "udp", fromPod, untouched},
-		// NodePort with Cluster policy: always masqueraded, on the node IP and on localhost.
-		{"10.0.0.1:30002", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
-		{"10.0.0.1:30002", "tcp", fromPod, reach(true, localEP, remoteEP)},
-		{"10.0.0.1:30002", "tcp", fromNode, reach(true, localEP, remoteEP)},
-		{"127.0.0.1:30002", "tcp", fromLocalhost, reach(true, localEP, remoteEP)},
-		{"10.0.0.9:30002", "tcp", fromOtherNode, untouched}, // not a local address
-		// externalTrafficPolicy Local: outside traffic keeps its source and stays on this node; pods and the
-		// node itself are short-circuited to all endpoints.
-		{"10.0.0.1:30003", "tcp", fromOtherNode, reach(false, localEP)},
-		{"203.0.113.3:80", "tcp", fromOutside, reach(false, localEP)},
-		{"192.0.2.3:80", "tcp", fromOutside, reach(false, localEP)},
-		{"203.0.113.3:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
-		{"10.0.0.1:30003", "tcp", fromNode, reach(true, localEP, remoteEP)},
-		{"127.0.0.1:30003", "tcp", fromLocalhost, reach(true, localEP, remoteEP)},
-		{"10.96.1.3:80", "tcp", fromOtherNode, reach(true, localEP, remoteEP)},
-		// ... without local endpoints: outside traffic is dropped, short-circuited traffic still works.
-		{"10.0.0.1:30004", "tcp", fromOtherNode, dropped},
-		{"203.0.113.4:80", "tcp", fromOutside, dropped},
-		{"203.0.113.4:80", "tcp", fromPod, reach(false, remoteEP)},
-		{"10.0.0.1:30004", "tcp", fromNode, reach(true, remoteEP)},
-		{"10.96.1.4:80", "tcp", fromPod, reach(false, remoteEP)},
-		// internalTrafficPolicy Local.
-		{"10.96.1.5:53", "udp", fromPod, reach(false, "10.244.1.5:53")},
-		{"10.96.1.5:53", "udp", fromOtherNode, reach(true, "10.244.1.5:53")},
-		{"10.96.1.6:53", "udp", fromPod, dropped},
-		{"10.96.1.6:53", "udp", fromNode, dropped},
-		// loadBalancerSourceRanges: only listed sources reach the LB IP; NodePorts are not filtered.
-		{"203.0.113.7:80", "tcp", fromOutside, reach(true, remoteEP)},
-		{"203.0.113.7:80", "tcp", fromOtherNode, dropped},
-		{"203.0.113.7:80", "tcp", fromNode, dropped},
-		{"10.0.0.1:30007", "tcp", fromOtherNode, reach(true, remoteEP)},
-		// No endpoints: rejected everywhere.
-		{"10.96.1.8:80", "tcp", fromPod, rejected},
-		{"10.96.1.8:80", "tcp", fromNode, rejected},
-		{"10.0.0.1:30008", "tcp", fromOtherNode, rejected},
-		{"192.0.2.8:80", "tcp", fromOutside, rejected},
-		// externalIPs with Cluster policy (SCTP): masqueraded, all endpoints.
-		{"192.0.2.9:80", "sctp", fromOutside, reach(true, localEP, remoteEP)},
-		{"192.0.2.9:80", "sctp", fromPod, reach(true, localEP, remoteEP)},
-		// Session affinity: a known client sticks to its endpoint.
-		{"10.96.1.10:80", "tcp", fromPod, reach(false, localEP, remoteEP)},
-		{"10.96.1.10:80", "tcp", source{name: "sticky pod", src: "10.244.1.7", in: "veth7", recent: []string{stickyRemote}}, reach(false, remoteEP)},
-	}
-	cfg := with(testConfig(v4, clusterCIDR("10.244.0.0/16")), func(c *Config) { c.LocalhostNodePorts = true })
+	snap := tracecases.Snapshot()
+	cfg := with(testConfig(v4, clusterCIDR(tracecases.ClusterCIDR)), func(c *Config) { c.LocalhostNodePorts = true })
 	ts := kernelState(t, cfg, snap)
-	for _, tc := range cases {
-		t.Run(tc.from.name+"->"+tc.dst+"/"+tc.proto, func(t *testing.T) {
-			got, res := trace(t, ts, tc.from, tc.dst, tc.proto)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("(-want +got):\n%s\ntrace:\n%s", diff, res)
-			}
-		})
-	}
+	tracecases.Run(t, tracecases.IPTables, func(p tracecases.Packet) (tracecases.Outcome, string, error) {
+		var recent []string
+		if p.From.StickyTo != "" {
+			recent = []string{EndpointChainName(tracecases.StickyService, p.From.StickyTo)}
+		}
+		res, err := ts.Trace(iptrace.Packet{Src: p.From.Src, Dst: p.Dst.Addr(), DPort: p.Dst.Port(), Protocol: p.Protocol,
+			InIface: p.From.In, Local: p.From.In == "", LocalAddrs: p.LocalAddrs, Recent: recent})
+		if err != nil {
+			return tracecases.Outcome{}, "", err
+		}
+		masq, ok := res.Masquerade()
+		if !ok {
+			return tracecases.Outcome{}, res.String(), fmt.Errorf("some branches masqueraded, some not:\n%s", res)
+		}
+		return tracecases.Outcome{Endpoints: res.Endpoints(), Masq: masq, Verdicts: res.Verdicts()}, res.String(), nil
+	})
 }
 
 // TestTraceLocalhostNodePorts checks that NodePorts do not answer on localhost when they must not: IPv4
