@@ -1,0 +1,273 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
+)
+
+// cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
+type cleaner interface {
+	Clean(snap *proxy.Snapshot) error
+}
+
+// fullSyncEvery is how often the whole table is rewritten even when it checks out (upstream's
+// FullSyncPeriod).
+const fullSyncEvery = time.Hour
+
+// staleAfter is how long a flushed per-Service chain waits before it is deleted.
+const staleAfter = time.Second
+
+// Dataplane is mode nftables for one IP family: upstream's kube-proxy table, written through kernel.
+//
+// The first sync, and any sync after a failure, rebuilds the table: it reads what the kernel holds and
+// writes everything, in transactions that each leave a working table. Afterwards a sync writes only the
+// Service ports that changed, planned against a mirror of what was written, without reading the kernel.
+// The periodic sync (full set by the runner) reads the table back and compares it with the mirror: when
+// someone changed it (a deleted table, chain or element), it logs that once, counts it, and rebuilds.
+// A failed transaction leaves the kernel as it was (each is atomic) and makes the next sync a rebuild.
+type Dataplane struct {
+	family  v1.IPFamily
+	kernel  kernel
+	cleaner cleaner
+	metrics *familyMetrics
+	// localAddrs lists the node's addresses inside the NodePort CIDRs (proxy.LocalAddrs).
+	localAddrs func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool)
+	chunk      chunk
+	now        func() time.Time
+
+	// mu guards what Reconfigure changes; Apply runs on the sync goroutine.
+	mu          sync.Mutex
+	cfg         Config
+	renderer    *renderer
+	needRebuild bool
+	// diffAll makes the next partial sync compare every Service port (after a reload).
+	diffAll bool
+
+	// Owned by the sync goroutine.
+	m           *mirror
+	last        *proxy.Snapshot
+	lastRebuild time.Time
+	// reset is set until the first rebuild: it recreates the base chains once per process.
+	reset bool
+}
+
+var (
+	_ proxy.Dataplane    = (*Dataplane)(nil)
+	_ proxy.Reconfigurer = (*Dataplane)(nil)
+)
+
+// newDataplane returns the dataplane of cfg.Family writing through k.
+func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
+	return &Dataplane{
+		family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
+		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now,
+		cfg: cfg, renderer: newRenderer(cfg), needRebuild: true, reset: true,
+	}
+}
+
+// ConfigFrom derives the table's configuration of one family from the (validated) configuration file.
+func ConfigFrom(c *config.KubeProxyConfiguration, family v1.IPFamily) (Config, error) {
+	s, err := proxy.SettingsFor(c, family)
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{Settings: s, LocalhostReject: c.FeatureGates["KubeProxyNFTablesLocalhostNodePorts"]}, nil
+}
+
+// Reconfigure takes a reloaded configuration file. A change to what the table depends on makes the next
+// sync compare every Service port and write what differs; a change to the localhost NodePort gate
+// rewrites the table.
+func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
+	cfg, err := ConfigFrom(c, d.family)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if reflect.DeepEqual(cfg, d.cfg) {
+		return nil
+	}
+	klog.InfoS("nftables rules configuration changed; the next sync compares every Service", "ipFamily", d.family)
+	d.cfg, d.renderer, d.diffAll = cfg, newRenderer(cfg), true
+	return nil
+}
+
+// inputs reads the facts besides the Service ports that the table depends on.
+func (d *Dataplane) inputs(snap *proxy.Snapshot, cfg *Config) inputs {
+	in := inputs{
+		local:        cfg.LocalDetector.For(d.family, &snap.Node),
+		nodeIP:       cfg.NodeIP(&snap.Node),
+		serviceCIDRs: snap.ServiceCIDRs,
+	}
+	cidrs, all := cfg.NodePortCIDRs(&snap.Node)
+	in.nodePortIPs, in.nodePortAll = d.localAddrs(cidrs, all)
+	return in
+}
+
+// Apply makes the kernel's table match snap.
+func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
+	d.mu.Lock()
+	cfg, r := d.cfg, d.renderer
+	rebuild, diffAll := d.needRebuild || d.m == nil, d.diffAll
+	d.needRebuild = true // until this sync succeeds
+	d.mu.Unlock()
+	now := d.now()
+	in := d.inputs(snap, &cfg)
+
+	if !rebuild {
+		if err := d.deleteStale(ctx, now); err != nil {
+			d.metrics.cleanupFailures.Inc()
+			klog.ErrorS(err, "Could not delete stale chains; the next sync rewrites the table", "ipFamily", d.family)
+			return err
+		}
+	}
+	rebuild = rebuild || now.Sub(d.lastRebuild) >= fullSyncEvery
+	var ks *kernelState
+	if full && !rebuild {
+		var err error
+		if ks, err = d.kernel.Read(ctx); err != nil {
+			return fmt.Errorf("reading the %s table back: %w", d.family, err)
+		}
+		if why := d.m.diff(ks); why != "" {
+			klog.InfoS("The nftables table was changed behind our back; rewriting it", "ipFamily", d.family, "change", why)
+			d.metrics.removedExternally.Inc()
+			rebuild = true
+		}
+	}
+
+	var (
+		p       *plan
+		next    *mirror
+		changed []proxy.ServicePortName
+	)
+	if rebuild {
+		if ks == nil {
+			var err error
+			if ks, err = d.kernel.Read(ctx); err != nil {
+				return fmt.Errorf("reading the %s table: %w", d.family, err)
+			}
+		}
+		p, next = planRebuild(r, snap, &in, ks, d.reset, d.chunk)
+	} else {
+		changed = snap.Changes(d.last)
+		p = planPartial(d.m, r, snap, changed, &in, diffAll)
+		next = d.m
+	}
+	start := time.Now()
+	for i, t := range p.txs {
+		if klog.V(9).Enabled() {
+			klog.V(9).InfoS("nftables transaction", "ipFamily", d.family, "transaction", t.String())
+		}
+		if err := d.kernel.Run(ctx, t); err != nil {
+			d.metrics.syncFailures.Inc()
+			return fmt.Errorf("writing the %s table (transaction %d of %d, %d commands): %w", d.family, i+1, len(p.txs), len(t.ops), err)
+		}
+	}
+	next.commit(p, now)
+	klog.V(4).InfoS("nftables sync done", "ipFamily", d.family, "rebuild", rebuild, "transactions", len(p.txs),
+		"chainsWritten", p.rewritten, "elapsed", time.Since(start))
+
+	d.m, d.last = next, snap
+	if rebuild {
+		d.lastRebuild, d.reset = now, false
+	}
+	d.mu.Lock()
+	if d.renderer == r { // not reconfigured meanwhile: every port now matches this renderer
+		d.needRebuild, d.diffAll = false, false
+	}
+	d.mu.Unlock()
+	if d.cleaner != nil && (rebuild || conntrack.Affected(changed)) {
+		if err := d.cleaner.Clean(snap); err != nil {
+			klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", d.family)
+		}
+	}
+	return nil
+}
+
+// deleteStale deletes the per-Service chains flushed at least staleAfter ago.
+func (d *Dataplane) deleteStale(ctx context.Context, now time.Time) error {
+	var due []string
+	for c, at := range d.m.stale {
+		if now.Sub(at) >= staleAfter {
+			due = append(due, c)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	slices.Sort(due)
+	t := newTx(d.renderer.fam)
+	for _, c := range due {
+		t.add(op{kind: opDelete, chain: &chainSpec{name: c}})
+	}
+	if err := d.kernel.Run(ctx, t); err != nil {
+		return fmt.Errorf("deleting %d stale chains: %w", len(due), err)
+	}
+	for _, c := range due {
+		delete(d.m.stale, c)
+	}
+	klog.V(2).InfoS("Deleted stale nftables chains", "ipFamily", d.family, "chains", len(due))
+	return nil
+}
+
+// Metrics are the nftables dataplane's metrics, under upstream's names where upstream has them.
+type Metrics struct {
+	syncFailures      *prometheus.CounterVec
+	cleanupFailures   *prometheus.CounterVec
+	removedExternally *prometheus.CounterVec
+
+	reg prometheus.Registerer
+	// localhost exports the counters of rejected loopback NodePort packets (the gate on).
+	mu        sync.Mutex
+	localhost localhostCollector
+}
+
+// localhostCollector reads the loopback NodePort reject counters of each family's table at a scrape.
+type localhostCollector interface {
+	prometheus.Collector
+	add(family v1.IPFamily, k kernel)
+}
+
+// NewMetrics registers the nftables metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	const sub = "kubeproxy"
+	m := &Metrics{
+		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_nftables_sync_failures_total", Help: "Cumulative proxy nftables sync failures"}, []string{"ip_family"}),
+		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "sync_proxy_rules_nftables_cleanup_failures_total", Help: "Cumulative proxy nftables cleanup failures"}, []string{"ip_family"}),
+		removedExternally: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "nftables_changed_externally_total", Help: "Times the kube-proxy table was found changed by someone else (a rewrite restored it)"}, []string{"ip_family"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.syncFailures, m.cleanupFailures, m.removedExternally)
+	}
+	m.reg = reg
+	return m
+}
+
+type familyMetrics struct {
+	syncFailures, cleanupFailures, removedExternally prometheus.Counter
+}
+
+func (m *Metrics) forFamily(f v1.IPFamily) *familyMetrics {
+	l := prometheus.Labels{"ip_family": string(f)}
+	return &familyMetrics{
+		syncFailures:      m.syncFailures.With(l),
+		cleanupFailures:   m.cleanupFailures.With(l),
+		removedExternally: m.removedExternally.With(l),
+	}
+}

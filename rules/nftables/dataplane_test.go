@@ -1,0 +1,179 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"kube-proxy/proxy"
+)
+
+// steps are successive snapshots exercising every kind of change a partial sync must get right.
+func steps() []*proxy.Snapshot {
+	n := node("10.0.0.1", "10.244.1.0/24")
+	s0 := snapshot(v4, n,
+		port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps("10.244.1.5:8080,local", "10.244.2.6:8080")),
+		port("ns/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.9:53")),
+		port("ns/empty", "", v1.ProtocolTCP, "10.96.0.20", 80, nodePort(30020), externalIPs("192.0.2.20")),
+	)
+	s1 := derive(s0, nil, // endpoints added and one service gets affinity
+		port("ns/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.9:53", "10.244.3.9:53")),
+		port("ns/sticky", "", v1.ProtocolTCP, "10.96.0.30", 80, affinity(600), eps("10.244.1.5:8080,local", "10.244.3.7:8080")),
+	)
+	s2 := derive(s1, nil, // the empty service gets endpoints; an LB service with source ranges and eTP Local
+		port("ns/empty", "", v1.ProtocolTCP, "10.96.0.20", 80, nodePort(30020), externalIPs("192.0.2.20"), eps("10.244.2.20:80")),
+		port("ns/lb", "", v1.ProtocolTCP, "10.96.0.40", 443, nodePort(30443), lbIPs("203.0.113.40"),
+			sourceRanges("198.51.100.0/24", "10.0.0.0/24"), etpLocal(31443), eps("10.244.1.40:443,local", "10.244.2.40:443")),
+	)
+	s3 := derive(s2, []proxy.ServicePortName{spn("ns/web", "http", v1.ProtocolTCP)}, // removal, affinity timeout change
+		port("ns/sticky", "", v1.ProtocolTCP, "10.96.0.30", 80, affinity(60), eps("10.244.3.7:8080")),
+		port("ns/lb", "", v1.ProtocolTCP, "10.96.0.40", 443, nodePort(30443), lbIPs("203.0.113.40"),
+			sourceRanges("198.51.100.0/24"), etpLocal(31443), eps("10.244.2.40:443")),
+	)
+	s4 := derive(s3, nil, // an internal-local service with and without local endpoints; two ports share a cluster IP
+		port("ns/itp", "a", v1.ProtocolTCP, "10.96.0.50", 80, itpLocal, eps("10.244.2.50:80")),
+		port("ns/itp", "b", v1.ProtocolTCP, "10.96.0.50", 81, itpLocal, eps("10.244.1.50:81,local")),
+	)
+	s5 := derive(s4, []proxy.ServicePortName{spn("ns/itp", "a", v1.ProtocolTCP)}, // one of them goes
+		port("ns/sticky", "", v1.ProtocolTCP, "10.96.0.30", 80, eps("10.244.3.7:8080", "10.244.3.8:8080")),
+	)
+	s6 := derive(s5, nil) // the node moves: another IP and pod CIDR
+	s6.Node = node("10.0.0.2", "10.244.7.0/24")
+	s7 := derive(s6, nil) // and gets ServiceCIDRs
+	s7.ServiceCIDRs = prefixes("10.96.0.0/16", "10.97.0.0/16")
+	return []*proxy.Snapshot{s0, s1, s2, s3, s4, s5, s6, s7}
+}
+
+// TestPartialSyncsConverge applies the steps as partial syncs and checks, after each, that the table is
+// exactly what a rebuild from scratch writes for the same snapshot.
+func TestPartialSyncsConverge(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"cluster CIDR, all node addresses", testConfig(v4, "10.244.0.0/16")},
+		{"node CIDR, primary NodePorts", func() Config {
+			c := testConfig(v4, "")
+			c.LocalDetector.Mode = "NodeCIDR"
+			c.NodePortAddresses.Primary = true
+			return c
+		}()},
+		{"masquerade all, localhost reject", func() Config {
+			c := testConfig(v4, "10.244.0.0/16")
+			c.MasqueradeAll, c.LocalhostReject = true, true
+			return c
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, k := testDataplane(tc.cfg, "10.0.0.1", "10.0.0.2", "127.0.0.1")
+			for i, s := range steps() {
+				apply(t, d, s, i == 0)
+				apply(t, d, s, false) // deletes the chains flushed by the step
+				want := rebuilt(t, tc.cfg, s, "10.0.0.1", "10.0.0.2", "127.0.0.1")
+				if diff := cmp.Diff(want, dump(k)); diff != "" {
+					t.Fatalf("step %d: partial syncs differ from a rebuild (-rebuild +partial):\n%s", i, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestPartialSyncWritesOnlyChanges checks that a change to one Service writes only its own objects.
+func TestPartialSyncWritesOnlyChanges(t *testing.T) {
+	st := steps()
+	d, k := testDataplane(testConfig(v4, "10.244.0.0/16"))
+	apply(t, d, st[0], true)
+	var got []string
+	k.fail = func(t *tx) error {
+		for _, l := range strings.Split(strings.TrimSpace(t.String()), "\n") {
+			got = append(got, l)
+		}
+		return nil
+	}
+	next := derive(st[0], nil, port("ns/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.9:53", "10.244.3.9:53")))
+	apply(t, d, next, false)
+	for _, l := range got {
+		if !strings.Contains(l, "ns/dns") {
+			t.Errorf("a change to ns/dns wrote %q", l)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatal("nothing written")
+	}
+}
+
+// TestFailedSyncRebuilds makes a partial sync fail and checks that the table is untouched by it and that
+// the next sync rebuilds it right.
+func TestFailedSyncRebuilds(t *testing.T) {
+	st := steps()
+	cfg := testConfig(v4, "10.244.0.0/16")
+	d, k := testDataplane(cfg)
+	apply(t, d, st[0], true)
+	before := dump(k)
+	k.fail = func(*tx) error { return errors.New("injected") }
+	if err := d.Apply(context.Background(), st[1], false); err == nil {
+		t.Fatal("Apply succeeded with a failing kernel")
+	}
+	if diff := cmp.Diff(before, dump(k)); diff != "" {
+		t.Errorf("a failed sync changed the table:\n%s", diff)
+	}
+	k.fail = nil
+	apply(t, d, st[2], false)
+	apply(t, d, st[2], false)
+	if diff := cmp.Diff(rebuilt(t, cfg, st[2]), dump(k)); diff != "" {
+		t.Errorf("after the failure (-rebuild +got):\n%s", diff)
+	}
+}
+
+// TestPeriodicSyncRepairs changes the table behind the dataplane's back and checks that a periodic sync
+// notices, counts it and restores the table, and that an intact table is left alone.
+func TestPeriodicSyncRepairs(t *testing.T) {
+	st := steps()
+	cfg := testConfig(v4, "10.244.0.0/16")
+	dnsChain := prefixService + serviceBase(spn("ns/dns", "dns", v1.ProtocolUDP))
+	for _, tc := range []struct {
+		name   string
+		damage func(tx *knftables.Transaction)
+	}{
+		{"table deleted", func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }},
+		{"chain deleted", func(tx *knftables.Transaction) {
+			tx.Delete(&knftables.Element{Map: mapServiceIPs, Key: []string{"10.96.0.53", "udp", "53"}})
+			tx.Delete(&knftables.Chain{Name: dnsChain})
+		}},
+		{"element deleted", func(tx *knftables.Transaction) {
+			tx.Delete(&knftables.Element{Set: setClusterIPs, Key: []string{"10.96.0.10"}})
+		}},
+		{"element added", func(tx *knftables.Transaction) {
+			tx.Add(&knftables.Element{Map: mapNoEndpointServices, Key: []string{"10.96.9.9", "tcp", "80"}, Value: []string{"drop"}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, k := testDataplane(cfg)
+			apply(t, d, st[1], true)
+			apply(t, d, st[1], true)
+			if n := testutil.ToFloat64(d.metrics.removedExternally); n != 0 {
+				t.Fatalf("an intact table counted as changed %v times", n)
+			}
+			good := dump(k)
+			tx := k.fake.NewTransaction()
+			tc.damage(tx)
+			if err := k.fake.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			apply(t, d, st[1], true)
+			if n := testutil.ToFloat64(d.metrics.removedExternally); n != 1 {
+				t.Errorf("removedExternally = %v, want 1", n)
+			}
+			apply(t, d, st[1], false)
+			if diff := cmp.Diff(good, dump(k)); diff != "" {
+				t.Errorf("not repaired (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

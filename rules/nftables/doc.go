@@ -1,0 +1,35 @@
+// Package nftables is mode nftables: upstream kube-proxy v1.37's `kube-proxy` table (families ip and
+// ip6), with its base chains, hooks and priorities, its chains, sets and maps, upstream's hashed
+// per-Service names and its rule shapes, so that `nft list table ip kube-proxy` reads the same whichever
+// of the two wrote it and a node can switch between them in either direction.
+//
+// The renderer (render.go) is a pure function from a snapshot, the configuration and a few node facts
+// (the local-traffic detector, the primary IP, the NodePort addresses, the ServiceCIDRs) to the table's
+// objects: the base objects, and for each Service port its own chains and affinity sets and the elements
+// it puts in the shared sets and maps. The planner (plan.go) turns them into transactions: against a
+// mirror of what was written (state.go) for partial syncs, which write only the Service ports that
+// changed and only what differs; or, when what the kernel holds is unknown, into a rebuild read from
+// the kernel and written in transactions that each leave a working table. The shared elements are
+// reference-counted, so two ports wanting the same element (two ports of one cluster IP) do not remove
+// it from each other.
+//
+// The writer (netlink_linux.go, encode_linux.go) sends the transactions as nf_tables netlink batches,
+// with the expressions and user data nft 1.0 sends for the same commands (knft.go runs the same
+// transactions through knftables: its Fake in unit tests, the nft command in the kernel tests that
+// compare both writers' tables). Why not nft: each `nft -f` lists the whole table first, which at 10,000
+// Services costs 150 ms or more for a one-Service change.
+//
+// Deliberate differences from upstream, none visible in `nft list table`:
+//   - Anonymous sets (the per-Service numgen maps, source ranges) are named by the writer (__map1048577)
+//     instead of by the kernel (__map0): the kernel's naming scans every set of the table, which made a
+//     cold start quadratic in the number of Services.
+//   - Partial syncs read nothing from the kernel: upstream lists every chain and set at every sync. The
+//     periodic sync compares the table with the mirror instead and rebuilds it when someone changed it.
+//   - A full rewrite happens at start, after a failure or a detected change, and hourly; upstream's
+//     periodic syncs are partial too.
+//   - When two Services claim the same map key (an externalIP:port in both), the one first by name wins;
+//     upstream's winner depends on map iteration order.
+//   - With the KubeProxyNFTablesLocalhostNodePorts gate on, loopback NodePorts are rejected and counted
+//     for every protocol; upstream's alpha serves TCP ones with a userspace proxy when nodePortAddresses
+//     lists loopback explicitly.
+package nftables

@@ -1,0 +1,267 @@
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/vishvananda/netns"
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/netnstest"
+	"kube-proxy/rules/internal/tracecases"
+	"kube-proxy/rules/nftables/nftrace"
+)
+
+// richSnapshot has a Service of every shape the renderer writes.
+func richSnapshot(family v1.IPFamily) *proxy.Snapshot {
+	if family == v6 {
+		s := snapshot(v6, node("fd00::1", "fd00:10:244:1::/64"),
+			port("ns/web", "http", v1.ProtocolTCP, "fd00:96::10", 80, nodePort(30080), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:2::6]:8080")),
+			port("ns/one", "", v1.ProtocolSCTP, "fd00:96::11", 80, eps("[fd00:10:244:2::6]:8080")),
+			port("ns/sticky", "", v1.ProtocolTCP, "fd00:96::30", 80, affinity(600), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:3::7]:8080")),
+			port("ns/lb", "", v1.ProtocolTCP, "fd00:96::40", 443, nodePort(30443), lbIPs("2001:db8::40"),
+				sourceRanges("2001:db8:1::/48", "fd00::/64", "8000::/1"), etpLocal(31443), eps("[fd00:10:244:1::40]:443,local")),
+			port("ns/empty", "", v1.ProtocolUDP, "fd00:96::20", 53, nodePort(30053), externalIPs("2001:db8::20")),
+			port("ns/itp", "", v1.ProtocolUDP, "fd00:96::50", 53, itpLocal, eps("[fd00:10:244:2::50]:53")),
+		)
+		s.ServiceCIDRs = prefixes("fd00:96::/112", "fd00:97::/112")
+		return s
+	}
+	s := snapshot(v4, node("10.0.0.1", "10.244.1.0/24"),
+		port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps("10.244.1.5:8080,local", "10.244.2.6:8080", "10.244.3.6:8080")),
+		port("ns/one", "", v1.ProtocolSCTP, "10.96.0.11", 80, eps("10.244.2.6:8080")),
+		port("ns/sticky", "", v1.ProtocolTCP, "10.96.0.30", 80, affinity(600), eps("10.244.1.5:8080,local", "10.244.3.7:8080")),
+		port("ns/lb", "", v1.ProtocolTCP, "10.96.0.40", 443, nodePort(30443), lbIPs("203.0.113.40"),
+			sourceRanges("198.51.100.0/24", "10.0.0.0/9", "128.0.0.0/1", "10.1.0.0/16"), etpLocal(31443), eps("10.244.1.40:443,local")),
+		port("ns/empty", "", v1.ProtocolUDP, "10.96.0.20", 53, nodePort(30053), externalIPs("192.0.2.20")),
+		port("ns/itp", "", v1.ProtocolUDP, "10.96.0.50", 53, itpLocal, eps("10.244.2.50:53")),
+		port("ns/fw1", "", v1.ProtocolTCP, "10.96.0.60", 80, lbIPs("203.0.113.60"), sourceRanges("0.0.0.0/8"), eps("10.244.2.60:80")),
+	)
+	s.ServiceCIDRs = prefixes("10.96.0.0/16", "10.97.0.0/16")
+	return s
+}
+
+// nsHandle opens a test namespace for the netlink writer.
+func nsHandle(t *testing.T, ns *netnstest.NS) netns.NsHandle {
+	t.Helper()
+	h, err := netns.GetFromName(ns.Name)
+	if err != nil {
+		t.Fatalf("opening namespace %s: %v", ns.Name, err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func netlinkKernelIn(t *testing.T, family v1.IPFamily, ns *netnstest.NS) *netlinkKernel {
+	t.Helper()
+	k, err := newNetlinkKernel(familyOf(family), nsHandle(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	return k
+}
+
+var (
+	anonName = regexp.MustCompile(`__(set|map)[0-9]+`)
+	handle   = regexp.MustCompile(`(?m)^(ip6? kube-proxy \S+) [0-9]+( [0-9]+)?$`)
+)
+
+// listings returns `nft list table` and the bytecode nft reads back (anonymous set numbers and rule
+// handles removed: they are the kernel's or the writer's choice).
+func listings(t *testing.T, ns *netnstest.NS, family v1.IPFamily) (string, string) {
+	t.Helper()
+	fam := familyOf(family).name
+	text, err := ns.Exec(nil, "nft", "list", "table", fam, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := ns.Exec(nil, "nft", "--debug=netlink", "list", "table", fam, TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code = handle.ReplaceAllString(anonName.ReplaceAllString(code, "__$1N"), "$1")
+	return text, sortElements(code)
+}
+
+// sortElements sorts the element lines of each set in nft's bytecode listing: a hash set lists its
+// elements in an order of its own.
+func sortElements(code string) string {
+	lines := strings.Split(code, "\n")
+	for i := 0; i < len(lines); {
+		j := i
+		for j < len(lines) && strings.HasPrefix(lines[j], "\telement ") {
+			j++
+		}
+		slices.Sort(lines[i:j])
+		i = j + 1
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestNetlinkWritesWhatNFTWrites writes the same transactions with the netlink writer and with `nft -f`
+// into two namespaces and compares what nft lists, text and bytecode.
+func TestNetlinkWritesWhatNFTWrites(t *testing.T) {
+	for _, family := range []v1.IPFamily{v4, v6} {
+		for _, tc := range []struct {
+			name string
+			edit func(c *Config)
+		}{
+			{"defaults", func(*Config) {}},
+			{"localhost reject, masquerade all, bit 0", func(c *Config) { c.LocalhostReject, c.MasqueradeAll, c.MasqueradeBit = true, true, 0 }},
+			{"primary NodePorts, bridge", func(c *Config) {
+				c.NodePortAddresses.Primary = true
+				c.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeBridgeInterface, Interface: "cbr0"}
+			}},
+			{"interface prefix, node CIDR /20", func(c *Config) {
+				c.LocalDetector = proxy.LocalDetector{Mode: config.LocalModeInterfaceNamePrefix, Interface: "veth"}
+			}},
+		} {
+			t.Run(string(family)+"/"+tc.name, func(t *testing.T) {
+				ref, ours := netnstest.New(t), netnstest.New(t)
+				cidr := "10.244.0.0/16"
+				if family == v6 {
+					cidr = "fd00:10:244::/48"
+				}
+				cfg := testConfig(family, cidr)
+				tc.edit(&cfg)
+				snap := richSnapshot(family)
+				d, _ := testDataplane(cfg, "10.0.0.1", "fd00::1")
+				in := d.inputs(snap, &cfg)
+				p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, true, chunk{anonSets: 2, ops: 1000})
+				k := netlinkKernelIn(t, family, ours)
+				for i, tx := range p.txs {
+					if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
+						t.Fatalf("nft -f of transaction %d: %v\n%s", i, err, tx)
+					}
+					if err := k.Run(context.Background(), tx); err != nil {
+						t.Fatalf("netlink transaction %d: %v", i, err)
+					}
+				}
+				refText, refCode := listings(t, ref, family)
+				ourText, ourCode := listings(t, ours, family)
+				if diff := cmp.Diff(refText, ourText); diff != "" {
+					t.Errorf("nft list table (-nft -f +netlink):\n%s", diff)
+				}
+				if diff := cmp.Diff(refCode, ourCode); diff != "" {
+					t.Errorf("nft --debug=netlink list table (-nft -f +netlink):\n%s", diff)
+				}
+				if t.Failed() {
+					t.Logf("nft -f wrote:\n%s", refText)
+				}
+			})
+		}
+	}
+}
+
+// TestNetlinkReadsBack checks that Read returns what the writer wrote, and nil without a table.
+func TestNetlinkReadsBack(t *testing.T) {
+	ns := netnstest.New(t)
+	k := netlinkKernelIn(t, v4, ns)
+	ks, err := k.Read(context.Background())
+	if err != nil || ks != nil {
+		t.Fatalf("Read of a missing table = %v, %v; want nil, nil", ks, err)
+	}
+	cfg := testConfig(v4, "10.244.0.0/16")
+	d := newDataplane(cfg, k, nil, NewMetrics(nil))
+	snap := richSnapshot(v4)
+	apply(t, d, snap, true)
+	ks, err = k.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := d.m.diff(ks); why != "" {
+		t.Errorf("the table read back differs from what was written: %s", why)
+		for ref, v := range ks.elems {
+			if e := d.m.elems[ref]; e == nil || e.written != v {
+				t.Logf("read %+v = %+v, wrote %+v", ref, v, e)
+			}
+		}
+	}
+	if !strings.Contains(strings.Join(keys(ks.chains), " "), "reject-chain") {
+		t.Errorf("chains read back: %v", keys(ks.chains))
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestNetlinkPartialSyncs applies the partial-sync steps through the netlink writer and checks after each
+// that the kernel's table reads like a fresh rebuild of the same snapshot written by `nft -f`.
+func TestNetlinkPartialSyncs(t *testing.T) {
+	ns := netnstest.New(t)
+	cfg := testConfig(v4, "10.244.0.0/16")
+	d := newDataplane(cfg, netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil))
+	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	clock := time.Now()
+	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
+	for i, s := range steps() {
+		apply(t, d, s, i == 0)
+		apply(t, d, s, false) // deletes the chains the step flushed
+		ref := netnstest.New(t)
+		in := d.inputs(s, &cfg)
+		p, _ := planRebuild(newRenderer(cfg), s, &in, nil, true, defaultChunk)
+		for _, tx := range p.txs {
+			if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, _ := listings(t, ref, v4)
+		got, _ := listings(t, ns, v4)
+		if diff := cmp.Diff(sortedBlocks(want), sortedBlocks(got)); diff != "" {
+			t.Fatalf("step %d (-rebuild +partial):\n%s", i, diff)
+		}
+	}
+}
+
+// sortedBlocks returns an `nft list table` output with its top-level blocks (chains, sets, maps) sorted
+// and the elements of each set sorted: the kernel lists blocks in the order they were created.
+func sortedBlocks(listing string) string {
+	var blocks []string
+	var cur []string
+	for _, l := range strings.Split(listing, "\n") {
+		switch {
+		case strings.HasPrefix(l, "\t") && !strings.HasPrefix(l, "\t\t") && strings.HasSuffix(l, "{"):
+			cur = []string{l}
+		case l == "\t}":
+			cur = append(cur, l)
+			blocks = append(blocks, strings.Join(cur, "\n"))
+			cur = nil
+		case cur != nil:
+			cur = append(cur, l)
+		}
+	}
+	slices.Sort(blocks)
+	return strings.Join(blocks, "\n")
+}
+
+// TestTraceCasesKernel writes the table of truth's snapshot into a real kernel with the netlink writer and
+// runs the shared cases over what `nft list table` shows: the tracer reads the kernel's state.
+func TestTraceCasesKernel(t *testing.T) {
+	ns := netnstest.New(t)
+	d := newDataplane(caseConfig(), netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil))
+	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	apply(t, d, tracecases.Snapshot(), true)
+	listing, err := ns.Exec(nil, "nft", "list", "table", "ip", TableName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := nftrace.New()
+	if err := ts.Load(listing); err != nil {
+		t.Fatalf("the tracer cannot read nft's listing: %v\n%s", err, listing)
+	}
+	tracecases.Run(t, tracecases.NFTables, tracer(ts))
+}

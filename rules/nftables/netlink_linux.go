@@ -1,0 +1,412 @@
+package nftables
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+
+	gnft "github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkKernel writes transactions as nf_tables netlink batches and reads the table back over netlink.
+//
+// Why not `nft -f`, as knftables runs it: nft first lists the table (every chain and every set, with the
+// anonymous set of each Service) to check the commands, so each write costs time in proportion to the
+// table. Measured here at 10,000 Services of three endpoints: adding one Service through `nft -f` takes
+// 150-220 ms, of which the kernel work is a few milliseconds; the netlink batch takes about that much.
+type netlinkKernel struct {
+	fam  *family
+	sock *batchSocket
+	// reader lists the table (google/nftables); conn options carry the network namespace.
+	reader *gnft.Conn
+	// anon is the number of the last anonymous set named by the encoder.
+	anon uint32
+}
+
+var _ kernel = (*netlinkKernel)(nil)
+
+// anonBase is where the encoder's anonymous set numbers start: above those nft gives out (it takes the
+// lowest free number, and a table taken over from nft holds small ones).
+const anonBase = 1 << 20
+
+// newNetlinkKernel opens the netlink sockets of one family's table in the network namespace ns (the
+// current one when ns is netns.None()).
+func newNetlinkKernel(f *family, ns netns.NsHandle) (*netlinkKernel, error) {
+	sock, err := newBatchSocket(ns)
+	if err != nil {
+		return nil, err
+	}
+	opts := []gnft.ConnOption{gnft.AsLasting()}
+	if ns.IsOpen() {
+		opts = append(opts, gnft.WithNetNSFd(int(ns)))
+	}
+	reader, err := gnft.New(opts...)
+	if err != nil {
+		sock.close()
+		return nil, fmt.Errorf("opening an nftables netlink socket: %w", err)
+	}
+	return &netlinkKernel{fam: f, sock: sock, reader: reader, anon: anonBase}, nil
+}
+
+// Close releases the sockets.
+func (k *netlinkKernel) Close() {
+	k.sock.close()
+	_ = k.reader.CloseLasting()
+}
+
+// Run sends t as one batch: the kernel applies all of it or none.
+func (k *netlinkKernel) Run(_ context.Context, t *tx) error {
+	e := &encoder{fam: k.fam, anon: &k.anon, anonOf: map[string]uint32{}}
+	e.encode(t)
+	if e.err != nil {
+		return e.err
+	}
+	return k.sock.batch(e.msgs, e.descs)
+}
+
+func (k *netlinkKernel) table() *gnft.Table {
+	tf := gnft.TableFamilyIPv4
+	if k.fam == familyIPv6 {
+		tf = gnft.TableFamilyIPv6
+	}
+	return &gnft.Table{Name: TableName, Family: tf}
+}
+
+// Read lists the table: nil when it does not exist.
+func (k *netlinkKernel) Read(context.Context) (*kernelState, error) {
+	t := k.table()
+	if _, err := k.reader.ListTableOfFamily(TableName, t.Family); err != nil {
+		if errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "expected table count") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("looking up the table: %w", err)
+	}
+	ks := newKernelState()
+	chains, err := k.reader.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return nil, fmt.Errorf("listing chains: %w", err)
+	}
+	for _, c := range chains {
+		if c.Table.Name == TableName {
+			ks.chains[c.Name] = true
+		}
+	}
+	sets, err := k.reader.GetSets(t)
+	if err != nil {
+		return nil, fmt.Errorf("listing sets: %w", err)
+	}
+	for _, s := range sets {
+		if s.Anonymous {
+			for _, p := range []string{"__set", "__map"} {
+				if n, err := strconv.ParseUint(strings.TrimPrefix(s.Name, p), 10, 32); err == nil && strings.HasPrefix(s.Name, p) && uint32(n) > k.anon {
+					k.anon = uint32(n)
+				}
+			}
+			continue
+		}
+		ks.sets[s.Name] = true
+		if isAffinitySet(s.Name) {
+			continue
+		}
+		elems, err := k.reader.GetSetElements(s)
+		if err != nil {
+			return nil, fmt.Errorf("listing the elements of %s: %w", s.Name, err)
+		}
+		layout := layoutOf(s.Name)
+		for _, el := range elems {
+			ref, ok := decodeKey(k.fam, s.Name, layout, el.Key)
+			if !ok {
+				return nil, fmt.Errorf("an element of %s has a key of %d bytes", s.Name, len(el.Key))
+			}
+			v := elemValue{comment: el.Comment}
+			if len(el.Val) > 0 {
+				// google/nftables hands a verdict over as the attributes inside NFTA_DATA_VERDICT.
+				if v.verdict, ok = decodeVerdict(el.Val); !ok {
+					return nil, fmt.Errorf("an element of %s has data that is not a verdict", s.Name)
+				}
+			}
+			ks.elems[ref] = v
+		}
+	}
+	return ks, nil
+}
+
+// decodeKey reads an element key written by keyBytes.
+func decodeKey(f *family, set string, layout []keyType, b []byte) (elemRef, bool) {
+	ref := elemRef{set: set}
+	addrs := 0
+	for _, t := range layout {
+		switch t {
+		case keyAddr:
+			n := int(f.addrLen())
+			if len(b) < n {
+				return ref, false
+			}
+			a, _ := netip.AddrFromSlice(b[:n])
+			if addrs == 0 {
+				ref.key.addr = a
+			} else {
+				ref.key.addr2 = a
+			}
+			addrs++
+			b = b[n:]
+		case keyProto:
+			if len(b) < 4 {
+				return ref, false
+			}
+			ref.key.proto = b[0]
+			b = b[4:]
+		case keyPort:
+			if len(b) < 4 {
+				return ref, false
+			}
+			ref.key.port = binary.BigEndian.Uint16(b)
+			b = b[4:]
+		}
+	}
+	return ref, len(b) == 0
+}
+
+// decodeVerdict reads the attributes of an NFTA_DATA_VERDICT: the code and the chain.
+func decodeVerdict(b []byte) (verdict, bool) {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return verdict{}, false
+	}
+	ad.ByteOrder = binary.BigEndian
+	var v verdict
+	code, ok := int32(0), false
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_VERDICT_CODE:
+			code, ok = int32(ad.Uint32()), true
+		case unix.NFTA_VERDICT_CHAIN:
+			v.chain = ad.String()
+		}
+	}
+	if ad.Err() != nil || !ok {
+		return verdict{}, false
+	}
+	switch code {
+	case nfAccept:
+		v.kind = verdictAccept
+	case nfDrop:
+		v.kind = verdictDrop
+	case nftJump:
+		v.kind = verdictJump
+	case nftGoto:
+		v.kind = verdictGoto
+	case nftReturn:
+		v.kind = verdictReturn
+	default:
+		return verdict{}, false
+	}
+	return v, true
+}
+
+// batchSocket is a NETLINK_NETFILTER socket that sends nf_tables batches and reads their errors.
+type batchSocket struct {
+	fd     int
+	seq    uint32
+	sndbuf int
+}
+
+func newBatchSocket(ns netns.NsHandle) (*batchSocket, error) {
+	open := func() (int, error) {
+		return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	}
+	var fd int
+	var err error
+	if ns.IsOpen() {
+		fd, err = inNamespace(ns, open)
+	} else {
+		fd, err = open()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening a netfilter netlink socket: %w", err)
+	}
+	s := &batchSocket{fd: fd}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		s.close()
+		return nil, fmt.Errorf("binding the netfilter netlink socket: %w", err)
+	}
+	// Errors carry the kernel's message but not a copy of the request; the receive buffer holds the
+	// errors of a failed batch, one per command in the worst case.
+	for _, o := range []struct{ level, opt, v int }{
+		{unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1},
+		{unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1},
+		{unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16 << 20},
+	} {
+		if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
+			s.close()
+			return nil, fmt.Errorf("setting netlink socket option %d: %w", o.opt, err)
+		}
+	}
+	return s, nil
+}
+
+// inNamespace runs open with the calling thread in network namespace ns.
+func inNamespace(ns netns.NsHandle, open func() (int, error)) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cur, err := netns.Get()
+	if err != nil {
+		return -1, err
+	}
+	defer cur.Close()
+	if err := netns.Set(ns); err != nil {
+		return -1, err
+	}
+	fd, openErr := open()
+	if err := netns.Set(cur); err != nil {
+		panic(fmt.Sprintf("cannot return to the original network namespace: %v", err))
+	}
+	return fd, openErr
+}
+
+func (s *batchSocket) close() {
+	if s.fd >= 0 {
+		_ = unix.Close(s.fd)
+		s.fd = -1
+	}
+}
+
+// batch sends msgs between a batch begin and end, asking for an acknowledgement of the last one, and
+// returns the kernel's errors, each naming its command (descs[i] describes msgs[i]).
+func (s *batchSocket) batch(msgs []netlink.Message, descs []string) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	begin := netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
+	end := begin
+	end.Header.Type = netlink.HeaderType(unix.NFNL_MSG_BATCH_END)
+	all := make([]netlink.Message, 0, len(msgs)+2)
+	all = append(all, begin)
+	all = append(all, msgs...)
+	all = append(all, end)
+	all[len(all)-2].Header.Flags |= netlink.Acknowledge
+	bySeq := map[uint32]string{}
+	var buf []byte
+	for i := range all {
+		s.seq++
+		all[i].Header.Sequence = s.seq
+		all[i].Header.Length = uint32((unix.NLMSG_HDRLEN + len(all[i].Data) + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1))
+		b, err := all[i].MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("encoding a netlink message: %w", err)
+		}
+		buf = append(buf, b...)
+		switch {
+		case i == 0:
+			bySeq[s.seq] = "the batch"
+		case i <= len(descs):
+			bySeq[s.seq] = descs[i-1]
+		}
+	}
+	lastSeq := all[len(all)-2].Header.Sequence
+	if len(buf)+(1<<16) > s.sndbuf {
+		s.sndbuf = len(buf) + 1<<20
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, s.sndbuf); err != nil {
+			return fmt.Errorf("growing the netlink send buffer to %d bytes: %w", s.sndbuf, err)
+		}
+	}
+	if err := unix.Sendto(s.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending %d nftables commands (%d bytes): %w", len(msgs), len(buf), err)
+	}
+	// The kernel processes the batch within sendto: every reply is queued by now.
+	var errs []error
+	acked := false
+	rbuf := make([]byte, 1<<16)
+	for !acked {
+		n, _, err := unix.Recvfrom(s.fd, rbuf, unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+			break
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading the kernel's reply: %w", err)
+		}
+		for b := rbuf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
+			var m netlink.Message
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < unix.NLMSG_HDRLEN || l > len(b) {
+				return fmt.Errorf("reading the kernel's reply: a message of %d bytes in %d", l, len(b))
+			}
+			if err := m.UnmarshalBinary(b[:l]); err != nil {
+				return fmt.Errorf("reading the kernel's reply: %w", err)
+			}
+			b = b[min(len(b), (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
+			if m.Header.Type != netlink.Error || len(m.Data) < 4+unix.NLMSG_HDRLEN {
+				continue
+			}
+			code := int32(binary.NativeEndian.Uint32(m.Data))
+			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
+			if code == 0 {
+				if seq == lastSeq {
+					acked = true
+				}
+				continue
+			}
+			what := bySeq[seq]
+			if what == "" {
+				what = "command " + strconv.FormatUint(uint64(seq), 10)
+			}
+			e := fmt.Errorf("%s: %w", what, unix.Errno(-code))
+			if msg := extAckMessage(m); msg != "" {
+				e = fmt.Errorf("%s: %s: %w", what, msg, unix.Errno(-code))
+			}
+			errs = append(errs, e)
+			if seq == lastSeq {
+				acked = true
+			}
+		}
+	}
+	if len(errs) > 0 {
+		if len(errs) > 3 {
+			errs = append(errs[:3], fmt.Errorf("and %d more errors", len(errs)-3))
+		}
+		return errors.Join(errs...)
+	}
+	if !acked {
+		return fmt.Errorf("the kernel did not acknowledge the batch of %d commands", len(msgs))
+	}
+	return nil
+}
+
+// extAckMessage returns the kernel's error message from an extended acknowledgement, if any.
+func extAckMessage(m netlink.Message) string {
+	if m.Header.Flags&0x200 == 0 { // NLM_F_ACK_TLVS
+		return ""
+	}
+	off := 4 + unix.NLMSG_HDRLEN   // errno and the capped request header
+	if m.Header.Flags&0x100 == 0 { // not NLM_F_CAPPED: the whole request follows
+		if len(m.Data) < off {
+			return ""
+		}
+		off = 4 + int(binary.NativeEndian.Uint32(m.Data[4:]))
+	}
+	if off > len(m.Data) {
+		return ""
+	}
+	ad, err := netlink.NewAttributeDecoder(m.Data[off:])
+	if err != nil {
+		return ""
+	}
+	for ad.Next() {
+		if ad.Type() == 1 { // NLMSGERR_ATTR_MSG
+			return ad.String()
+		}
+	}
+	return ""
+}

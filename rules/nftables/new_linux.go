@@ -1,0 +1,256 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gnft "github.com/google/nftables"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+)
+
+// New returns the dataplane of one IP family, writing to the kernel over netlink.
+func New(cfg *config.KubeProxyConfiguration, family v1.IPFamily, c cleaner, m *Metrics) (*Dataplane, error) {
+	ncfg, err := ConfigFrom(cfg, family)
+	if err != nil {
+		return nil, err
+	}
+	k, err := newNetlinkKernel(familyOf(family), netns.None())
+	if err != nil {
+		return nil, err
+	}
+	d := newDataplane(ncfg, k, c, m)
+	if ncfg.LocalhostReject {
+		m.countLocalhostRejects(family, k)
+	}
+	return d, nil
+}
+
+// minKernel is the oldest kernel mode nftables runs on, as upstream: 5.13 (nft 1.0.1 and the kernel
+// features its rules use). KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK skips the check, as upstream.
+var minKernel = [2]int{5, 13}
+
+var nftVersion = regexp.MustCompile(`v(\d+)\.(\d+)\.(\d+)`)
+
+// Usable checks that this node can run mode nftables and names what is missing: a kernel of 5.13 or
+// later and nft 1.0.1 or later (older nft may crash on the rules this mode writes when an operator lists
+// them), as upstream requires.
+func Usable() error {
+	var problems []string
+	if os.Getenv("KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK") == "" {
+		var u unix.Utsname
+		if err := unix.Uname(&u); err != nil {
+			problems = append(problems, fmt.Sprintf("cannot read the kernel version: %v", err))
+		} else if rel := unix.ByteSliceToString(u.Release[:]); !atLeast(rel, minKernel[0], minKernel[1], 0) {
+			problems = append(problems, fmt.Sprintf("kernel %s is older than %d.%d (set KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK=1 to try anyway)", rel, minKernel[0], minKernel[1]))
+		}
+	}
+	out, err := exec.Command("nft", "--version").Output()
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		problems = append(problems, "the nft command is not installed (package nftables, version 1.0.1 or later)")
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("nft --version failed: %v", err))
+	default:
+		if v := strings.TrimSpace(string(out)); !atLeast(v, 1, 0, 1) {
+			problems = append(problems, fmt.Sprintf("%s is older than nft 1.0.1", v))
+		}
+	}
+	c, err := gnft.New()
+	if err == nil {
+		_, err = c.ListTablesOfFamily(gnft.TableFamilyIPv4)
+	}
+	if err != nil {
+		problems = append(problems, fmt.Sprintf("cannot use nf_tables over netlink: %v", err))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("mode nftables cannot run here: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// atLeast reports whether the first x.y.z in s is at least major.minor.patch (x.y counts as x.y.0).
+func atLeast(s string, major, minor, patch int) bool {
+	m := regexp.MustCompile(`(\d+)\.(\d+)(?:\.(\d+))?`).FindStringSubmatch(s)
+	if m == nil {
+		return false
+	}
+	got := [3]int{}
+	for i := range 3 {
+		got[i], _ = strconv.Atoi(m[i+1])
+	}
+	want := [3]int{major, minor, patch}
+	for i := range 3 {
+		if got[i] != want[i] {
+			return got[i] > want[i]
+		}
+	}
+	return true
+}
+
+// FamilyUsable reports why a family cannot be programmed: IPv6 needs the kernel's IPv6 enabled (upstream
+// runs single-stack otherwise).
+func FamilyUsable(family v1.IPFamily) error {
+	if family != v1.IPv6Protocol {
+		return nil
+	}
+	if _, err := os.Stat("/proc/net/if_inet6"); err != nil {
+		return fmt.Errorf("the kernel has no IPv6")
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/disable_ipv6"); err == nil && strings.TrimSpace(string(b)) == "1" {
+		return fmt.Errorf("IPv6 is disabled (net.ipv6.conf.all.disable_ipv6=1)")
+	}
+	return nil
+}
+
+// Cleanup deletes the kube-proxy tables of both families, ours or upstream's.
+func Cleanup(ctx context.Context) error {
+	var errs []error
+	for _, f := range []*family{familyIPv4, familyIPv6} {
+		k, err := newNetlinkKernel(f, netns.None())
+		if err != nil {
+			return err
+		}
+		ks, err := k.Read(ctx)
+		if err == nil && ks != nil {
+			t := newTx(f)
+			t.add(op{kind: opDelete, table: true})
+			err = k.Run(ctx, t)
+			if err == nil {
+				klog.InfoS("Removed the nftables table", "table", f.name+" "+TableName)
+			}
+		}
+		k.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", f.name, TableName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// watchInterval is how often the watcher checks that the table is still there.
+const watchInterval = 2 * time.Second
+
+// Watch checks every couple of seconds that the table exists: when someone deleted it (`nft flush
+// ruleset`, a firewall reload), it logs that, counts it and asks for a rewrite through resync, without
+// waiting for the periodic sync.
+func (d *Dataplane) Watch(ctx context.Context, _ time.Duration, resync func()) {
+	nk, ok := d.kernel.(*netlinkKernel)
+	if !ok {
+		return
+	}
+	c, err := gnft.New()
+	if err != nil {
+		klog.ErrorS(err, "Not watching the nftables table", "ipFamily", d.family)
+		return
+	}
+	tick := time.NewTicker(watchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		d.mu.Lock()
+		synced := !d.needRebuild
+		d.mu.Unlock()
+		if !synced {
+			continue
+		}
+		if _, err := c.ListTableOfFamily(TableName, nk.table().Family); err == nil || !isNotFound(err) {
+			continue
+		}
+		d.mu.Lock()
+		d.needRebuild = true
+		d.mu.Unlock()
+		klog.InfoS("The nftables table was deleted behind our back; rewriting it", "ipFamily", d.family)
+		d.metrics.removedExternally.Inc()
+		resync()
+	}
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "expected table count")
+}
+
+// countLocalhostRejects exports the counters of rejected loopback NodePort packets of a family's table,
+// read from the kernel at each scrape, as upstream's kubeproxy_nftables_localhost_nodeport_rejected_packets_total.
+func (m *Metrics) countLocalhostRejects(family v1.IPFamily, k kernel) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.localhost == nil {
+		c := &localhostCounters{kernels: map[v1.IPFamily]*netlinkKernel{},
+			desc: prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+				"Number of packets rejected on localhost NodePorts", []string{"ip_family", "protocol"}, nil)}
+		if m.reg != nil {
+			if err := m.reg.Register(c); err != nil {
+				klog.ErrorS(err, "Not exporting the localhost NodePort reject counters")
+				return
+			}
+		}
+		m.localhost = c
+	}
+	m.localhost.add(family, k)
+}
+
+// localhostCounters is the collector of the loopback NodePort reject counters.
+type localhostCounters struct {
+	desc    *prometheus.Desc
+	mu      sync.Mutex
+	kernels map[v1.IPFamily]*netlinkKernel
+	conn    *gnft.Conn
+}
+
+func (c *localhostCounters) add(family v1.IPFamily, k kernel) {
+	if nk, ok := k.(*netlinkKernel); ok {
+		c.mu.Lock()
+		c.kernels[family] = nk
+		c.mu.Unlock()
+	}
+}
+
+func (c *localhostCounters) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect reads the counters from the kernel.
+func (c *localhostCounters) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		conn, err := gnft.New()
+		if err != nil {
+			return
+		}
+		c.conn = conn
+	}
+	for family, k := range c.kernels {
+		objs, err := c.conn.GetObjects(k.table())
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			co, ok := o.(*gnft.CounterObj)
+			if !ok {
+				continue
+			}
+			for _, p := range localhostProtocols {
+				if co.Name == LocalhostRejectCounter(p) {
+					ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(co.Packets), string(family), string(p))
+				}
+			}
+		}
+	}
+}
