@@ -14,29 +14,72 @@ import (
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/sysctl"
 	"kube-proxy/rules/xtables"
 )
 
 // New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
+// Once every family has been synced, what the other modes left on the node is removed (theirs or
+// upstream's): mode nftables removes the iptables and IPVS rules, modes iptables and ipvs the nftables
+// tables. Upstream removes them before its first sync; waiting for ours means Services keep working
+// through a switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
+		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
+	}
+	var (
+		dps    []proxy.FamilyDataplane
+		err    error
+		others = func(ctx context.Context) error { return nftables.Cleanup(ctx) }
+		what   = "nftables mode's tables"
+	)
 	switch cfg.Mode {
 	case config.ModeIPTables, "":
-		return newIPTables(ctx, cfg, reg)
+		dps, err = newIPTables(ctx, cfg, reg)
 	case config.ModeIPVS:
-		return newIPVS(ctx, cfg, nodeName, reg)
+		dps, err = newIPVS(ctx, cfg, nodeName, reg)
+	case config.ModeNFTables:
+		dps, err = newNFTables(cfg, reg)
+		others, what = cleanupXtables, "iptables and IPVS modes' rules"
 	default:
-		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables or ipvs)", cfg.Mode)
+		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs or nftables)", cfg.Mode)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return afterFirstSync(ctx, dps, what, others), nil
+}
+
+// newNFTables sets up mode nftables: a dataplane per family, dual-stack unless the kernel's IPv6 is off.
+func newNFTables(cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	if err := nftables.Usable(); err != nil {
+		return nil, err
+	}
+	metrics := nftables.NewMetrics(reg)
+	ctMetrics := conntrack.NewMetrics(reg)
+	var out []proxy.FamilyDataplane
+	for i, family := range proxy.Families(cfg) {
+		if err := nftables.FamilyUsable(family); err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
+			continue
+		}
+		dp, err := nftables.New(cfg, family, conntrack.NewCleaner(family, ctMetrics), metrics)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+	}
+	return out, nil
 }
 
 // newIPTables sets up mode iptables: the conntrack sysctls, the backend the node already uses, and a
 // dataplane per family whose tools work here. Like upstream, it runs dual-stack whenever both iptables and
 // ip6tables work, and single-stack when only the primary family does.
 func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
-		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
-	}
 	backend, why, err := xtables.Detect(ctx)
 	if err != nil {
 		return nil, err
@@ -75,12 +118,9 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 	return out, nil
 }
 
-// newIPVS sets up mode ipvs: the conntrack sysctls, then a dataplane per family, dual-stack when the
-// second family's iptables works too (IPVS mode still needs iptables for masquerading and filtering).
+// newIPVS sets up mode ipvs: a dataplane per family, dual-stack when the second family's iptables works
+// too (IPVS mode still needs iptables for masquerading and filtering).
 func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
-		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
-	}
 	var out []proxy.FamilyDataplane
 	for i, family := range proxy.Families(cfg) {
 		dp, err := ipvs.New(ctx, cfg, family, nodeName, reg)
@@ -96,9 +136,15 @@ func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName s
 	return out, nil
 }
 
-// Cleanup removes every chain, rule, IPVS service, ipset and dummy link this daemon or upstream kube-proxy
-// created, in every iptables backend and IP family present.
+// Cleanup removes every chain, rule, IPVS service, ipset, dummy link and nftables table this daemon or
+// upstream kube-proxy created, in every iptables backend and IP family present.
 func Cleanup(ctx context.Context) error {
+	return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx))
+}
+
+// cleanupXtables removes what modes iptables and ipvs write: iptables rules in both backends and
+// families, IPVS services, ipsets and the dummy link.
+func cleanupXtables(ctx context.Context) error {
 	var errs []error
 	// Mode ipvs first: its chains jump to KUBE-MARK-MASQ, which mode iptables' cleanup deletes (and the
 	// IPVS cleanup leaves a chain still in use for it).
