@@ -2,7 +2,7 @@
 #   make build   static binary bin/kube-proxy
 #   make unit    fast tests (no root, no servers)
 #   make test    everything CI runs (installs packages, builds a real apiserver, root)
-#   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods
+#   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods (MODE=nftables)
 #   make bench   ours vs upstream kube-proxy side by side; writes BENCHMARKS.md (hours; see BENCHFLAGS)
 
 SHELL       := /bin/bash
@@ -75,8 +75,10 @@ bench: deps build cluster-bins
 bench-quick: deps build cluster-bins
 	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/bench -quick
 
+# MODE=nftables runs the daemon in mode nftables (default: iptables).
+MODE ?= iptables
 demo: deps build cluster-bins
-	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/demo
+	KP_BINARY=$(CURDIR)/$(BIN) KP_MODE=$(MODE) go run ./e2e/demo
 
 # Release artifacts for linux/amd64 and linux/arm64 into dist/: binaries, tarballs, .debs, SHA256SUMS.
 release:

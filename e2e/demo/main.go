@@ -1,8 +1,8 @@
 // Command demo shows kube-proxy doing its job end to end on one machine: a real kube-apiserver and etcd on
 // loopback, a "node" network namespace running the daemon, three "pod" namespaces running a small server,
 // and a "client" namespace outside the node. It creates a NodePort Service over the three pods, sends 30
-// requests to the ClusterIP and 30 to the NodePort, prints which pod answered each, and removes everything.
-// Run it as root through `make demo`.
+// requests to the ClusterIP and 30 to the NodePort, prints which pod answered each and the Service's rules,
+// and removes everything. Run it as root through `make demo` (mode iptables) or `make demo MODE=nftables`.
 package main
 
 import (
@@ -79,14 +79,21 @@ func run(ctx context.Context) (err error) {
 	}
 	done()
 
-	done = step("starting kube-proxy (mode iptables) in the node namespace as system:kube-proxy")
+	mode := os.Getenv("KP_MODE")
+	if mode == "" {
+		mode = "iptables"
+	}
+	if mode != "iptables" && mode != "nftables" {
+		return fmt.Errorf("MODE=%s: the demo runs mode iptables or nftables", mode)
+	}
+	done = step("starting kube-proxy (mode %s) in the node namespace as system:kube-proxy", mode)
 	kubeconfig, stopBridge, err := cluster.Bridge(topo.Node)
 	if err != nil {
 		return err
 	}
 	defer stopBridge()
 	d, err := harness.LaunchDaemon(topo.Node, dir, harness.DaemonOptions{Kubeconfig: kubeconfig,
-		Config: "mode: iptables\nclusterCIDR: " + harness.PodCIDR + "\niptables:\n  minSyncPeriod: 0s\n"})
+		Config: "mode: " + mode + "\nclusterCIDR: " + harness.PodCIDR + "\n" + mode + ":\n  minSyncPeriod: 0s\n"})
 	if d != nil {
 		defer d.Close()
 	}
@@ -119,15 +126,44 @@ func run(ctx context.Context) (err error) {
 		fmt.Printf("\n%d requests from the client namespace to %s (%s):\n", requests, target.what, target.addr)
 		printCounts(counts)
 	}
-	out, _ := topo.Node.Run(ctx, "iptables-save", "-t", "nat")
-	fmt.Printf("\nThe Service's rules in the node's nat table:\n")
-	for _, line := range strings.Split(out, "\n") {
-		if strings.Contains(line, namespace+"/"+service) {
-			fmt.Println("  " + line)
+	if mode == "nftables" {
+		out, _ := topo.Node.Run(ctx, "nft", "list", "table", "ip", "kube-proxy")
+		fmt.Printf("\nThe Service's chains and map entries in the node's nftables table ip kube-proxy:\n")
+		printService(out)
+	} else {
+		out, _ := topo.Node.Run(ctx, "iptables-save", "-t", "nat")
+		fmt.Printf("\nThe Service's rules in the node's nat table:\n")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, namespace+"/"+service) {
+				fmt.Println("  " + line)
+			}
 		}
 	}
 	fmt.Println("==> cleaning up: kube-proxy, namespaces, apiserver, etcd")
 	return nil
+}
+
+// printService prints the lines of an nft listing that belong to the Service: its chains, and the map
+// elements that point at them.
+func printService(listing string) {
+	name := namespace + "/" + service
+	in := false
+	for _, line := range strings.Split(listing, "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(t, "chain ") && strings.Contains(t, name):
+			in = true
+			fmt.Println("  " + t)
+		case in && t == "}":
+			in = false
+			fmt.Println("  }")
+		case in:
+			fmt.Println("      " + t)
+		case strings.Contains(t, name) && strings.Contains(t, "goto"):
+			t = strings.TrimPrefix(t, "elements = { ")
+			fmt.Println("  " + strings.TrimSuffix(strings.TrimSuffix(t, " }"), ","))
+		}
+	}
 }
 
 func createService(ctx context.Context, c *harness.Cluster, topo *harness.Topology) (string, error) {
