@@ -23,10 +23,6 @@ type cleaner interface {
 	Clean(snap *proxy.Snapshot) error
 }
 
-// fullSyncEvery is how often the whole table is rewritten even when it checks out (upstream's
-// FullSyncPeriod).
-const fullSyncEvery = time.Hour
-
 // staleAfter is how long a flushed per-Service chain waits before it is deleted.
 const staleAfter = time.Second
 
@@ -37,7 +33,10 @@ const staleAfter = time.Second
 // Service ports that changed, planned against a mirror of what was written, without reading the kernel.
 // The periodic sync (full set by the runner) reads the table back and compares it with the mirror: when
 // someone changed it (a deleted table, chain or element), it logs that once, counts it, and rebuilds.
-// A failed transaction leaves the kernel as it was (each is atomic) and makes the next sync a rebuild.
+// There is no hourly rewrite, as upstream has: rewriting every chain creates every Service's anonymous set
+// again, which costs the kernel time quadratic in the number of Services (11 s at 10,000), while the
+// check costs 0.2 s. A failed transaction leaves the kernel as it was (each is atomic) and makes the next
+// sync a rebuild.
 type Dataplane struct {
 	family  v1.IPFamily
 	kernel  kernel
@@ -57,11 +56,8 @@ type Dataplane struct {
 	diffAll bool
 
 	// Owned by the sync goroutine.
-	m           *mirror
-	last        *proxy.Snapshot
-	lastRebuild time.Time
-	// reset is set until the first rebuild: it recreates the base chains once per process.
-	reset bool
+	m    *mirror
+	last *proxy.Snapshot
 }
 
 var (
@@ -74,7 +70,7 @@ func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	return &Dataplane{
 		family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
 		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now,
-		cfg: cfg, renderer: newRenderer(cfg), needRebuild: true, reset: true,
+		cfg: cfg, renderer: newRenderer(cfg), needRebuild: true,
 	}
 }
 
@@ -134,7 +130,6 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			return err
 		}
 	}
-	rebuild = rebuild || now.Sub(d.lastRebuild) >= fullSyncEvery
 	var ks *kernelState
 	if full && !rebuild {
 		var err error
@@ -160,7 +155,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 				return fmt.Errorf("reading the %s table: %w", d.family, err)
 			}
 		}
-		p, next = planRebuild(r, snap, &in, ks, d.reset, d.chunk)
+		p, next = planRebuild(r, snap, &in, ks, d.chunk)
 	} else {
 		changed = snap.Changes(d.last)
 		p = planPartial(d.m, r, snap, changed, &in, diffAll)
@@ -181,9 +176,6 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		"chainsWritten", p.rewritten, "elapsed", time.Since(start))
 
 	d.m, d.last = next, snap
-	if rebuild {
-		d.lastRebuild, d.reset = now, false
-	}
 	d.mu.Lock()
 	if d.renderer == r { // not reconfigured meanwhile: every port now matches this renderer
 		d.needRebuild, d.diffAll = false, false

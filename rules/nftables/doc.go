@@ -25,8 +25,11 @@
 //     cold start quadratic in the number of Services.
 //   - Partial syncs read nothing from the kernel: upstream lists every chain and set at every sync. The
 //     periodic sync compares the table with the mirror instead and rebuilds it when someone changed it.
-//   - A full rewrite happens at start, after a failure or a detected change, and hourly; upstream's
-//     periodic syncs are partial too.
+//   - The whole table is rewritten at start, after a failure and after a detected change, but not hourly
+//     as upstream does: that rewrite recreates every Service's anonymous set, which costs the kernel time
+//     quadratic in the number of Services (11 s at 10,000), where the periodic check costs 0.2 s. A
+//     deleted table is noticed within two seconds by a watcher; upstream notices at its next change or
+//     hourly.
 //   - When two Services claim the same map key (an externalIP:port in both), the one first by name wins;
 //     upstream's winner depends on map iteration order.
 //   - With the KubeProxyNFTablesLocalhostNodePorts gate on, loopback NodePorts are rejected and counted

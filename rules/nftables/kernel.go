@@ -16,19 +16,24 @@ type kernel interface {
 	Read(ctx context.Context) (*kernelState, error)
 }
 
-// kernelState is what the kernel's table holds: its chains, its named sets and maps, and their elements.
+// kernelState is what the kernel's table holds: its chains (with the hook, type and priority of the base
+// chains), its named sets and maps, and the elements of those that are not affinity sets.
 type kernelState struct {
 	chains map[string]bool
+	bases  map[string]chainSpec
 	sets   map[string]bool
 	elems  map[elemRef]elemValue
 }
 
 func newKernelState() *kernelState {
-	return &kernelState{chains: map[string]bool{}, sets: map[string]bool{}, elems: map[elemRef]elemValue{}}
+	return &kernelState{chains: map[string]bool{}, bases: map[string]chainSpec{}, sets: map[string]bool{}, elems: map[elemRef]elemValue{}}
 }
 
 // diff compares the kernel's table with what the mirror says was written, and names the first
-// difference ("" when there is none). Chains flushed and waiting to be deleted may be there or not.
+// difference ("" when there is none). Chains flushed and waiting to be deleted may be there or not. The
+// rules inside chains are not compared: only kube-proxy may change its table (upstream's README for this
+// mode says so), and what others do by accident (a flushed ruleset, a deleted table, chain or element) is
+// seen.
 func (m *mirror) diff(ks *kernelState) string {
 	if ks == nil {
 		return "the table is gone"
@@ -39,6 +44,12 @@ func (m *mirror) diff(ks *kernelState) string {
 	chains := map[string]bool{}
 	for _, c := range m.base.chains {
 		chains[c.spec.name] = true
+		if c.spec.hook == "" {
+			continue
+		}
+		if b, ok := ks.bases[c.spec.name]; ok && (b.hook != c.spec.hook || b.typ != c.spec.typ || b.prio != c.spec.prio) {
+			return fmt.Sprintf("base chain %s is now type %s hook %s priority %d", c.spec.name, b.typ, b.hook, b.prio)
+		}
 	}
 	sets := map[string]bool{}
 	for _, s := range m.base.sets {

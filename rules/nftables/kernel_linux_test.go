@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/netip"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netns"
 	v1 "k8s.io/api/core/v1"
 
@@ -136,7 +138,7 @@ func TestNetlinkWritesWhatNFTWrites(t *testing.T) {
 				snap := richSnapshot(family)
 				d, _ := testDataplane(cfg, "10.0.0.1", "fd00::1")
 				in := d.inputs(snap, &cfg)
-				p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, true, chunk{anonSets: 2, ops: 1000})
+				p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, chunk{anonSets: 2, ops: 1000})
 				k := netlinkKernelIn(t, family, ours)
 				for i, tx := range p.txs {
 					if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
@@ -213,7 +215,7 @@ func TestNetlinkPartialSyncs(t *testing.T) {
 		apply(t, d, s, false) // deletes the chains the step flushed
 		ref := netnstest.New(t)
 		in := d.inputs(s, &cfg)
-		p, _ := planRebuild(newRenderer(cfg), s, &in, nil, true, defaultChunk)
+		p, _ := planRebuild(newRenderer(cfg), s, &in, nil, defaultChunk)
 		for _, tx := range p.txs {
 			if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
 				t.Fatal(err)
@@ -264,4 +266,57 @@ func TestTraceCasesKernel(t *testing.T) {
 		t.Fatalf("the tracer cannot read nft's listing: %v\n%s", err, listing)
 	}
 	tracecases.Run(t, tracecases.NFTables, tracer(ts))
+}
+
+// TestWatchAndCheckRepair deletes the table behind the dataplane's back (the watcher asks for a rewrite
+// within seconds) and changes a base chain's priority (the periodic check finds it): both are counted
+// once and repaired by the next sync.
+func TestWatchAndCheckRepair(t *testing.T) {
+	ns := netnstest.New(t)
+	k := netlinkKernelIn(t, v4, ns)
+	d := newDataplane(caseConfig(), k, nil, NewMetrics(nil))
+	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	snap := tracecases.Snapshot()
+	apply(t, d, snap, true)
+	want, _ := listings(t, ns, v4)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resync := make(chan struct{}, 1)
+	// Watch reads through its own netlink socket, in the test's namespace: run it on a thread inside ns.
+	go func() {
+		runtime.LockOSThread()
+		h := nsHandle(t, ns)
+		if err := netns.Set(h); err != nil {
+			t.Error(err)
+			return
+		}
+		d.Watch(ctx, time.Second, func() { resync <- struct{}{} })
+	}()
+	if _, err := ns.Exec(nil, "nft", "delete", "table", "ip", TableName); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-resync:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher did not notice the deleted table within 10 s")
+	}
+	apply(t, d, snap, false)
+	if got, _ := listings(t, ns, v4); sortedBlocks(got) != sortedBlocks(want) {
+		t.Errorf("not restored after the table was deleted:\n%s", got)
+	}
+	if n := testutil.ToFloat64(d.metrics.removedExternally); n != 1 {
+		t.Errorf("removedExternally = %v after the deleted table, want 1", n)
+	}
+
+	if _, err := ns.Exec([]byte("delete chain ip kube-proxy nat-output\nadd chain ip kube-proxy nat-output { type nat hook output priority 50 ; }\n"), "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, d, snap, true)
+	if got, _ := listings(t, ns, v4); sortedBlocks(got) != sortedBlocks(want) {
+		t.Errorf("not restored after a base chain's priority changed:\n%s", got)
+	}
+	if n := testutil.ToFloat64(d.metrics.removedExternally); n != 2 {
+		t.Errorf("removedExternally = %v after the priority change, want 2", n)
+	}
 }

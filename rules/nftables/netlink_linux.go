@@ -95,8 +95,16 @@ func (k *netlinkKernel) Read(context.Context) (*kernelState, error) {
 		return nil, fmt.Errorf("listing chains: %w", err)
 	}
 	for _, c := range chains {
-		if c.Table.Name == TableName {
-			ks.chains[c.Name] = true
+		if c.Table.Name != TableName {
+			continue
+		}
+		ks.chains[c.Name] = true
+		if c.Hooknum != nil && c.Priority != nil {
+			for name, num := range hooks {
+				if num == uint32(*c.Hooknum) {
+					ks.bases[c.Name] = chainSpec{name: c.Name, typ: string(c.Type), hook: name, prio: int(*c.Priority)}
+				}
+			}
 		}
 	}
 	sets, err := k.reader.GetSets(t)

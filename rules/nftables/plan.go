@@ -146,14 +146,12 @@ func (p *plan) service(m *mirror, ph *phase, name proxy.ServicePortName, sp *pro
 
 // baseOps appends to t the commands that write the base objects: counters and sets first (rules refer to
 // them), then every base and top-level chain flushed and rewritten, then the nodeport-ips elements, then
-// the removal of what the configuration no longer wants. With reset, the base chains are first deleted
-// and created again, so that a table left by another version with other hooks or priorities is taken
-// over (upstream does the same once per process).
-func baseOps(t *tx, b *baseObjects, table, reset bool) {
+// the removal of what the configuration no longer wants. In a rebuild (table set), the base chains are
+// first deleted and created again, so that a table whose base chains have other hooks or priorities (left
+// by another version, or changed by hand) is taken over; upstream does the same once per process.
+func baseOps(t *tx, b *baseObjects, table bool) {
 	if table {
 		t.add(op{kind: opAdd, table: true})
-	}
-	if reset {
 		for i := range baseChains {
 			c := &chainSpec{name: baseChains[i].name}
 			t.add(op{kind: opAdd, chain: c})
@@ -225,10 +223,10 @@ func planPartial(m *mirror, r *renderer, snap *proxy.Snapshot, changed []proxy.S
 	p := newPlan()
 	t := newTx(r.fam)
 	b := r.base(in)
-	if !baseEqual(b, m.base) || !in.equal(&m.in) {
-		baseOps(t, b, false, false)
-		p.base, p.in, p.setBase = b, *in, true
+	if !baseEqual(b, m.base) {
+		baseOps(t, b, false)
 	}
+	p.base, p.in = b, *in
 	if all || !in.sameServiceInputs(&m.in) {
 		changed = slices.Collect(maps.Keys(m.svcs))
 		for name := range snap.Services {
@@ -261,14 +259,14 @@ func planPartial(m *mirror, r *renderer, snap *proxy.Snapshot, changed []proxy.S
 // of the shared sets and maps (from what the kernel holds to what is wanted) and the removal of the
 // per-Service chains and affinity sets nothing wants, in a last one. Each transaction leaves a working
 // table: a chain is flushed and filled in the same one, and only the last points elements at new chains.
-func planRebuild(r *renderer, snap *proxy.Snapshot, in *inputs, ks *kernelState, reset bool, ch chunk) (*plan, *mirror) {
+func planRebuild(r *renderer, snap *proxy.Snapshot, in *inputs, ks *kernelState, ch chunk) (*plan, *mirror) {
 	m := newMirror()
 	p := newPlan()
 	b := r.base(in)
 	t := newTx(r.fam)
-	baseOps(t, b, true, reset)
+	baseOps(t, b, true)
 	p.txs = append(p.txs, t)
-	p.base, p.in, p.setBase = b, *in, true
+	p.base, p.in = b, *in
 
 	// What the kernel holds of the shared sets and maps the base keeps.
 	keep := map[string]bool{}

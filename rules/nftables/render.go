@@ -35,11 +35,6 @@ type inputs struct {
 	serviceCIDRs []netip.Prefix
 }
 
-func (in *inputs) equal(o *inputs) bool {
-	return in.local == o.local && in.nodeIP == o.nodeIP && in.nodePortAll == o.nodePortAll &&
-		slices.Equal(in.nodePortIPs, o.nodePortIPs) && slices.Equal(in.serviceCIDRs, o.serviceCIDRs)
-}
-
 // sameServiceInputs reports whether the per-Service chains rendered with in and o are the same: only the
 // local-traffic detector and the node IP reach them.
 func (in *inputs) sameServiceInputs(o *inputs) bool {

@@ -75,12 +75,12 @@ type plan struct {
 	txs []*tx
 	// The mirror's changes: new states (nil: the port is gone), new element entries (nil or without
 	// owners and not present: gone), and the chains that become stale (and stop being stale).
-	svcs    map[proxy.ServicePortName]*svcState
-	elems   map[elemRef]*elemEntry
-	stale   map[string]bool // true: flushed now, delete later; false: wanted again
-	base    *baseObjects
-	in      inputs
-	setBase bool
+	svcs  map[proxy.ServicePortName]*svcState
+	elems map[elemRef]*elemEntry
+	stale map[string]bool // true: flushed now, delete later; false: wanted again
+	// base and in are what the base objects and the per-Service chains were written from.
+	base *baseObjects
+	in   inputs
 	// rewritten counts the per-Service chains written (for the log and the metrics).
 	rewritten int
 }
@@ -91,9 +91,7 @@ func newPlan() *plan {
 
 // commit applies a successful plan to the mirror.
 func (m *mirror) commit(p *plan, now time.Time) {
-	if p.setBase {
-		m.base, m.in = p.base, p.in
-	}
+	m.base, m.in = p.base, p.in
 	for name, st := range p.svcs {
 		if st == nil {
 			delete(m.svcs, name)
