@@ -70,10 +70,11 @@ type fieldFlag struct {
 //	--show-hidden-metrics-for-version    showHiddenMetricsForVersion
 //	--proxy-mode                         mode
 //	--iptables-masquerade-bit            iptables.masqueradeBit
-//	--masquerade-all                     iptables.masqueradeAll
+//	--masquerade-all                     iptables.masqueradeAll (and nftables.masqueradeAll in mode nftables)
 //	--iptables-localhost-nodeports       iptables.localhostNodePorts
-//	--iptables-sync-period               iptables.syncPeriod
-//	--iptables-min-sync-period           iptables.minSyncPeriod (0 is kept: sync on every change)
+//	--iptables-sync-period               iptables.syncPeriod (and nftables.syncPeriod in mode nftables)
+//	--iptables-min-sync-period           iptables.minSyncPeriod (0 is kept: sync on every change; and
+//	                                     nftables.minSyncPeriod in mode nftables)
 //	--ipvs-sync-period                   ipvs.syncPeriod
 //	--ipvs-min-sync-period               ipvs.minSyncPeriod
 //	--ipvs-scheduler                     ipvs.scheduler
@@ -376,7 +377,25 @@ func (o *Options) applyFlags(fs *pflag.FlagSet, c *KubeProxyConfiguration) (map[
 		}
 		bySet[ff.field] = ff.flag
 	}
+	if c.Mode == ModeNFTables {
+		// Upstream's iptables flags set the generic sync periods and masqueradeAll, which mode nftables
+		// reads from its own section.
+		for _, m := range nftablesFlags {
+			if changed(fs, m.flag) {
+				dst, src := fieldByPath(reflect.ValueOf(c).Elem(), m.to), fieldByPath(reflect.ValueOf(o.flags).Elem(), m.from)
+				dst.Set(cloneValue(src))
+				bySet[m.to] = m.flag
+			}
+		}
+	}
 	return bySet, errs
+}
+
+// nftablesFlags are the flags that, as upstream's, also set the nftables section in mode nftables.
+var nftablesFlags = []struct{ flag, from, to string }{
+	{"iptables-sync-period", "iptables.syncPeriod", "nftables.syncPeriod"},
+	{"iptables-min-sync-period", "iptables.minSyncPeriod", "nftables.minSyncPeriod"},
+	{"masquerade-all", "iptables.masqueradeAll", "nftables.masqueradeAll"},
 }
 
 // parseVModule parses klog's "pattern=N,pattern=N" syntax.

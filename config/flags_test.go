@@ -371,3 +371,27 @@ func TestNFTablesNodePortDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestNFTablesTakesIPTablesFlags checks that, as upstream's, --iptables-min-sync-period,
+// --iptables-sync-period and --masquerade-all apply to mode nftables, and only to its section there.
+func TestNFTablesTakesIPTablesFlags(t *testing.T) {
+	o, fs := newFlagSet(t)
+	if err := fs.Parse([]string{"--config=" + writeFile(t, header+"mode: nftables\n"), "--iptables-min-sync-period=0", "--iptables-sync-period=7s", "--masquerade-all"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.Complete(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync, minSync := c.SyncPeriods()
+	if sync != 7*time.Second || minSync != 0 || !c.NFTables.MasqueradeAll {
+		t.Errorf("nftables sync %v min %v masqueradeAll %v; want 7s, 0s, true", sync, minSync, c.NFTables.MasqueradeAll)
+	}
+	o, fs = newFlagSet(t)
+	if err := fs.Parse([]string{"--config=" + writeFile(t, header), "--masquerade-all"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = o.Complete(fs); err != nil || c.NFTables.MasqueradeAll {
+		t.Errorf("mode iptables: nftables.masqueradeAll = %v (err %v), want false", c.NFTables.MasqueradeAll, err)
+	}
+}

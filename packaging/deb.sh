@@ -81,7 +81,7 @@ Architecture: $ARCH
 Maintainer: ${KP_DEB_MAINTAINER:-kube-proxy maintainers <kube-proxy@localhost>}
 Installed-Size: $(du -sk --exclude=DEBIAN "$pkg" | cut -f1)
 Depends: iptables
-Recommends: conntrack
+Recommends: conntrack, nftables
 Suggests: ipset, ipvsadm
 Section: net
 Priority: optional
