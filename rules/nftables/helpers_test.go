@@ -148,3 +148,32 @@ func dump(k *fakeKernel) string {
 	slices.Sort(elems)
 	return strings.Join(append(lines, elems...), "\n") + "\n"
 }
+
+// richSnapshot has a Service of every shape the renderer writes.
+func richSnapshot(family v1.IPFamily) *proxy.Snapshot {
+	if family == v6 {
+		s := snapshot(v6, node("fd00::1", "fd00:10:244:1::/64"),
+			port("ns/web", "http", v1.ProtocolTCP, "fd00:96::10", 80, nodePort(30080), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:2::6]:8080")),
+			port("ns/one", "", v1.ProtocolSCTP, "fd00:96::11", 80, eps("[fd00:10:244:2::6]:8080")),
+			port("ns/sticky", "", v1.ProtocolTCP, "fd00:96::30", 80, affinity(600), eps("[fd00:10:244:1::5]:8080,local", "[fd00:10:244:3::7]:8080")),
+			port("ns/lb", "", v1.ProtocolTCP, "fd00:96::40", 443, nodePort(30443), lbIPs("2001:db8::40"),
+				sourceRanges("2001:db8:1::/48", "fd00::/64", "8000::/1"), etpLocal(31443), eps("[fd00:10:244:1::40]:443,local")),
+			port("ns/empty", "", v1.ProtocolUDP, "fd00:96::20", 53, nodePort(30053), externalIPs("2001:db8::20")),
+			port("ns/itp", "", v1.ProtocolUDP, "fd00:96::50", 53, itpLocal, eps("[fd00:10:244:2::50]:53")),
+		)
+		s.ServiceCIDRs = prefixes("fd00:96::/112", "fd00:97::/112")
+		return s
+	}
+	s := snapshot(v4, node("10.0.0.1", "10.244.1.0/24"),
+		port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps("10.244.1.5:8080,local", "10.244.2.6:8080", "10.244.3.6:8080")),
+		port("ns/one", "", v1.ProtocolSCTP, "10.96.0.11", 80, eps("10.244.2.6:8080")),
+		port("ns/sticky", "", v1.ProtocolTCP, "10.96.0.30", 80, affinity(600), eps("10.244.1.5:8080,local", "10.244.3.7:8080")),
+		port("ns/lb", "", v1.ProtocolTCP, "10.96.0.40", 443, nodePort(30443), lbIPs("203.0.113.40"),
+			sourceRanges("198.51.100.0/24", "10.0.0.0/9", "128.0.0.0/1", "10.1.0.0/16"), etpLocal(31443), eps("10.244.1.40:443,local")),
+		port("ns/empty", "", v1.ProtocolUDP, "10.96.0.20", 53, nodePort(30053), externalIPs("192.0.2.20")),
+		port("ns/itp", "", v1.ProtocolUDP, "10.96.0.50", 53, itpLocal, eps("10.244.2.50:53")),
+		port("ns/fw1", "", v1.ProtocolTCP, "10.96.0.60", 80, lbIPs("203.0.113.60"), sourceRanges("0.0.0.0/8"), eps("10.244.2.60:80")),
+	)
+	s.ServiceCIDRs = prefixes("10.96.0.0/16", "10.97.0.0/16")
+	return s
+}
