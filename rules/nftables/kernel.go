@@ -55,11 +55,12 @@ func (m *mirror) diff(ks *kernelState) string {
 	for _, s := range m.base.sets {
 		sets[s.name] = true
 	}
-	for _, st := range m.svcs {
-		for _, c := range st.objs.chains {
+	for name := range m.svcs {
+		objs := m.written(name)
+		for _, c := range objs.chains {
 			chains[c.spec.name] = true
 		}
-		for _, s := range st.objs.sets {
+		for _, s := range objs.sets {
 			sets[s.name] = true
 		}
 	}

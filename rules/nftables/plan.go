@@ -62,8 +62,8 @@ func (ph *phase) emit(t *tx) {
 // written and flushed first.
 func (p *plan) service(m *mirror, ph *phase, name proxy.ServicePortName, sp *proxy.ServicePort, objs *svcObjects, known bool) {
 	var old *svcObjects
-	if st := m.svcs[name]; st != nil && known {
-		old = st.objs
+	if known {
+		old = m.written(name)
 	}
 	oldChains := map[string]*chainRules{}
 	oldSets := map[string]*setSpec{}
@@ -138,7 +138,7 @@ func (p *plan) service(m *mirror, ph *phase, name proxy.ServicePortName, sp *pro
 		for i := range objs.elems {
 			p.claim(m, name, &objs.elems[i], false)
 		}
-		p.svcs[name] = &svcState{sp: sp, objs: objs}
+		p.svcs[name] = sp
 	} else {
 		p.svcs[name] = nil
 	}
@@ -226,7 +226,7 @@ func planPartial(m *mirror, r *renderer, snap *proxy.Snapshot, changed []proxy.S
 	if !baseEqual(b, m.base) {
 		baseOps(t, b, false)
 	}
-	p.base, p.in = b, *in
+	p.r, p.base, p.in = r, b, *in
 	if all || !in.sameServiceInputs(&m.in) {
 		changed = slices.Collect(maps.Keys(m.svcs))
 		for name := range snap.Services {
@@ -266,7 +266,7 @@ func planRebuild(r *renderer, snap *proxy.Snapshot, in *inputs, ks *kernelState,
 	t := newTx(r.fam)
 	baseOps(t, b, true)
 	p.txs = append(p.txs, t)
-	p.base, p.in = b, *in
+	p.r, p.base, p.in = r, b, *in
 
 	// What the kernel holds of the shared sets and maps the base keeps.
 	keep := map[string]bool{}

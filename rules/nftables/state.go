@@ -11,10 +11,13 @@ import (
 // mirror is what the kernel's table holds, as far as the dataplane knows: what its last successful
 // transactions wrote. Partial syncs are planned against it, without reading the kernel.
 type mirror struct {
+	// r and in are the renderer and inputs the table was written with: rendering a port again with them
+	// gives what was written for it, so the mirror keeps only the ports.
+	r    *renderer
 	in   inputs
 	base *baseObjects
-	// svcs holds, per Service port, the port and the objects written for it.
-	svcs map[proxy.ServicePortName]*svcState
+	// svcs holds every Service port written, as it was written.
+	svcs map[proxy.ServicePortName]*proxy.ServicePort
 	// elems holds every element of the shared sets and maps with the ports that want it.
 	elems map[elemRef]*elemEntry
 	// stale holds the per-Service chains flushed because nothing wants them any more, with when: they are
@@ -24,13 +27,16 @@ type mirror struct {
 }
 
 func newMirror() *mirror {
-	return &mirror{svcs: map[proxy.ServicePortName]*svcState{}, elems: map[elemRef]*elemEntry{}, stale: map[string]time.Time{}}
+	return &mirror{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]time.Time{}}
 }
 
-// svcState is what was written for one Service port.
-type svcState struct {
-	sp   *proxy.ServicePort
-	objs *svcObjects
+// written returns the objects written for a Service port (nil when it was not).
+func (m *mirror) written(name proxy.ServicePortName) *svcObjects {
+	sp := m.svcs[name]
+	if sp == nil || m.r == nil {
+		return nil
+	}
+	return m.r.service(sp, &m.in)
 }
 
 // elemRef names one element of a shared set or map.
@@ -73,12 +79,13 @@ func (e *elemEntry) clone() *elemEntry {
 // they all succeed.
 type plan struct {
 	txs []*tx
-	// The mirror's changes: new states (nil: the port is gone), new element entries (nil or without
+	// The mirror's changes: the ports written (nil: the port is gone), new element entries (nil or without
 	// owners and not present: gone), and the chains that become stale (and stop being stale).
-	svcs  map[proxy.ServicePortName]*svcState
+	svcs  map[proxy.ServicePortName]*proxy.ServicePort
 	elems map[elemRef]*elemEntry
 	stale map[string]bool // true: flushed now, delete later; false: wanted again
-	// base and in are what the base objects and the per-Service chains were written from.
+	// r, base and in are what the base objects and the per-Service chains were written from.
+	r    *renderer
 	base *baseObjects
 	in   inputs
 	// rewritten counts the per-Service chains written (for the log and the metrics).
@@ -86,17 +93,17 @@ type plan struct {
 }
 
 func newPlan() *plan {
-	return &plan{svcs: map[proxy.ServicePortName]*svcState{}, elems: map[elemRef]*elemEntry{}, stale: map[string]bool{}}
+	return &plan{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]bool{}}
 }
 
 // commit applies a successful plan to the mirror.
 func (m *mirror) commit(p *plan, now time.Time) {
-	m.base, m.in = p.base, p.in
-	for name, st := range p.svcs {
-		if st == nil {
+	m.r, m.base, m.in = p.r, p.base, p.in
+	for name, sp := range p.svcs {
+		if sp == nil {
 			delete(m.svcs, name)
 		} else {
-			m.svcs[name] = st
+			m.svcs[name] = sp
 		}
 	}
 	for ref, e := range p.elems {
