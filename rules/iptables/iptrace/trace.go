@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"kube-proxy/rules/internal/traceresult"
 )
 
 // Packet is the first packet of a connection, as the tracer walks it.
@@ -29,84 +31,11 @@ func (p *Packet) isLocal(a netip.Addr) bool {
 	return a.IsLoopback() || slices.Contains(p.LocalAddrs, a)
 }
 
-// Outcome is where one branch of the walk ends.
-type Outcome struct {
-	// Verdict is ACCEPT, DROP or REJECT.
-	Verdict string
-	// Hook is the "table/chain" built-in chain that gave the verdict (for ACCEPT, the last one walked).
-	Hook string
-	// Dst is the destination after NAT; Endpoint is the DNAT target as written in the rule ("" without
-	// DNAT).
-	Dst      netip.AddrPort
-	Endpoint string
-	// Masquerade is set when MASQUERADE was hit in POSTROUTING.
-	Masquerade bool
-	Mark       uint32
-	// Probability is the chance of this branch (the product of the statistic matches taken or not).
-	Probability float64
-	// RecentSet lists the recent lists the packet's source was added to.
-	RecentSet []string
-	// Path lists the chains entered, as "table/chain".
-	Path []string
-}
+// Outcome is where one branch of the walk ends (see traceresult.Outcome).
+type Outcome = traceresult.Outcome
 
 // Result is every way a packet can go.
-type Result struct {
-	Outcomes []Outcome
-}
-
-// Endpoints returns the DNAT destinations of accepted outcomes, sorted, each once.
-func (r *Result) Endpoints() []string {
-	var out []string
-	for _, o := range r.Outcomes {
-		if o.Verdict == "ACCEPT" && o.Endpoint != "" {
-			out = append(out, o.Endpoint)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// Verdicts returns the verdicts of all outcomes, sorted, each once.
-func (r *Result) Verdicts() []string {
-	var out []string
-	for _, o := range r.Outcomes {
-		out = append(out, o.Verdict)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// Masquerade reports whether all outcomes (true) or none (false) are masqueraded; mixed is an error
-// reported by ok=false.
-func (r *Result) Masquerade() (masq, ok bool) {
-	if len(r.Outcomes) == 0 {
-		return false, true
-	}
-	masq = r.Outcomes[0].Masquerade
-	for _, o := range r.Outcomes[1:] {
-		if o.Masquerade != masq {
-			return false, false
-		}
-	}
-	return masq, true
-}
-
-// String summarises the result, one outcome per line.
-func (r *Result) String() string {
-	var b strings.Builder
-	for _, o := range r.Outcomes {
-		fmt.Fprintf(&b, "%s at %s p=%.4f", o.Verdict, o.Hook, o.Probability)
-		if o.Endpoint != "" {
-			fmt.Fprintf(&b, " dnat=%s", o.Endpoint)
-		}
-		if o.Masquerade {
-			b.WriteString(" masquerade")
-		}
-		fmt.Fprintf(&b, " via %s\n", strings.Join(o.Path, " "))
-	}
-	return b.String()
-}
+type Result = traceresult.Result
 
 type verdict int
 
@@ -224,7 +153,7 @@ func (tr *tracer) outcome(st state, v, hook string) Outcome {
 		Masquerade:  st.masq,
 		Mark:        st.mark,
 		Probability: st.prob,
-		RecentSet:   slices.Clone(st.recent),
+		Remembered:  slices.Clone(st.recent),
 		Path:        slices.Clone(st.path),
 	}
 	if v == "ACCEPT" {

@@ -103,7 +103,7 @@ func TestTrace(t *testing.T) {
 				t.Errorf("mixed masquerade:\n%s", res)
 			}
 			for _, o := range res.Outcomes {
-				got.recent = append(got.recent, o.RecentSet...)
+				got.recent = append(got.recent, o.Remembered...)
 			}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("(-want +got):\n%s\n%s", diff, res)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"kube-proxy/rules/internal/traceresult"
 )
 
 // Packet is the first packet of a connection, as the tracer walks it.
@@ -29,90 +31,11 @@ func (p *Packet) isLocal(a netip.Addr) bool {
 	return a.IsLoopback() || slices.Contains(p.LocalAddrs, a)
 }
 
-// Outcome is where one branch of the walk ends.
-type Outcome struct {
-	// Verdict is ACCEPT, DROP or REJECT.
-	Verdict string
-	// Hook is the base chain that gave the verdict, as "FAMILY kube-proxy CHAIN" (e.g.
-	// "ip kube-proxy filter-forward"); for ACCEPT the last base chain the packet went through; "" when no
-	// base chain was on its path.
-	Hook string
-	// Dst is the destination after NAT; Endpoint the DNAT target as netip.AddrPort.String() ("10.1.2.3:80",
-	// "[fd00::1]:80"), "" without DNAT.
-	Dst      netip.AddrPort
-	Endpoint string
-	// Masquerade is set when a masquerade statement was hit (in postrouting).
-	Masquerade bool
-	// Mark is the packet mark at the end of the walk.
-	Mark uint32
-	// Probability is the chance of this branch (the product of the numgen choices taken).
-	Probability float64
-	// AffinityAdded lists the sets the packet's source was added to by `update @set { ip saddr }`.
-	AffinityAdded []string
-	// Path lists the chains entered, base chains included, in order.
-	Path []string
-}
+// Outcome is where one branch of the walk ends (see traceresult.Outcome).
+type Outcome = traceresult.Outcome
 
 // Result is every way a packet can go.
-type Result struct {
-	Outcomes []Outcome
-}
-
-// Endpoints returns the DNAT destinations of accepted outcomes, sorted, each once.
-func (r *Result) Endpoints() []string {
-	var out []string
-	for _, o := range r.Outcomes {
-		if o.Verdict == "ACCEPT" && o.Endpoint != "" {
-			out = append(out, o.Endpoint)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// Verdicts returns the verdicts of all outcomes, sorted, each once.
-func (r *Result) Verdicts() []string {
-	var out []string
-	for _, o := range r.Outcomes {
-		out = append(out, o.Verdict)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// Masquerade reports whether all outcomes (true) or none (false) are masqueraded; mixed is reported by
-// ok=false.
-func (r *Result) Masquerade() (masq, ok bool) {
-	if len(r.Outcomes) == 0 {
-		return false, true
-	}
-	masq = r.Outcomes[0].Masquerade
-	for _, o := range r.Outcomes[1:] {
-		if o.Masquerade != masq {
-			return false, false
-		}
-	}
-	return masq, true
-}
-
-// String summarises the result, one outcome per line.
-func (r *Result) String() string {
-	var b strings.Builder
-	for _, o := range r.Outcomes {
-		fmt.Fprintf(&b, "%s at %s p=%.4f", o.Verdict, o.Hook, o.Probability)
-		if o.Endpoint != "" {
-			fmt.Fprintf(&b, " dnat=%s", o.Endpoint)
-		}
-		if o.Masquerade {
-			b.WriteString(" masquerade")
-		}
-		if len(o.AffinityAdded) > 0 {
-			fmt.Fprintf(&b, " affinity+=%s", strings.Join(o.AffinityAdded, ","))
-		}
-		fmt.Fprintf(&b, " via %s\n", strings.Join(o.Path, " "))
-	}
-	return b.String()
-}
+type Result = traceresult.Result
 
 type walkVerdict int
 
@@ -241,15 +164,15 @@ func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 
 func (tr *tracer) outcome(st state, v walkVerdict) Outcome {
 	return Outcome{
-		Verdict:       v.String(),
-		Hook:          st.hook,
-		Dst:           netip.AddrPortFrom(st.dst, st.dport),
-		Endpoint:      st.endpoint,
-		Masquerade:    st.masq,
-		Mark:          st.mark,
-		Probability:   st.prob,
-		AffinityAdded: slices.Clone(st.added),
-		Path:          slices.Clone(st.path),
+		Verdict:     v.String(),
+		Hook:        st.hook,
+		Dst:         netip.AddrPortFrom(st.dst, st.dport),
+		Endpoint:    st.endpoint,
+		Masquerade:  st.masq,
+		Mark:        st.mark,
+		Probability: st.prob,
+		Remembered:  slices.Clone(st.added),
+		Path:        slices.Clone(st.path),
 	}
 }
 

@@ -247,7 +247,7 @@ func checkTrace(t *testing.T, res *Result, want traceWant) {
 		if o.Masquerade {
 			got.masq = append(got.masq, o.Endpoint)
 		}
-		got.affinity = append(got.affinity, o.AffinityAdded...)
+		got.affinity = append(got.affinity, o.Remembered...)
 		if want.hook != "" && o.Hook != want.hook {
 			got.hook = o.Hook
 		}
