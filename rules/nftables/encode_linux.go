@@ -378,39 +378,21 @@ func (e *encoder) elements(o *op, desc string) {
 		list = nil
 	}
 	for _, el := range o.elems {
-		ae := e.attrs()
-		key := e.keyBytes(layout, el.key)
-		ae.Nested(unix.NFTA_SET_ELEM_KEY, func(nae *netlink.AttributeEncoder) error {
-			nae.Bytes(unix.NFTA_DATA_VALUE, key)
-			return nil
-		})
-		if o.kind == opAdd && el.value.verdict.kind != verdictNone {
-			v := el.value.verdict
-			ae.Nested(unix.NFTA_SET_ELEM_DATA, func(nae *netlink.AttributeEncoder) error {
-				nae.Nested(unix.NFTA_DATA_VERDICT, func(vae *netlink.AttributeEncoder) error {
-					vae.Uint32(unix.NFTA_VERDICT_CODE, verdictCode(v.kind))
-					if v.chain != "" {
-						vae.String(unix.NFTA_VERDICT_CHAIN, v.chain)
-					}
-					return nil
-				})
-				return nil
-			})
+		var v *verdict
+		var ud udata
+		if o.kind == opAdd {
+			if el.value.verdict.kind != verdictNone {
+				v = &el.value.verdict
+			}
+			if el.value.comment != "" {
+				ud = commentData(el.value.comment)
+			}
 		}
-		if o.kind == opAdd && el.value.comment != "" {
-			ae.Bytes(unix.NFTA_SET_ELEM_USERDATA, commentData(el.value.comment))
-		}
-		b, err := ae.Encode()
-		if err != nil && e.err == nil {
-			e.err = err
-		}
-		item := netlink.NewAttributeEncoder()
-		item.Bytes(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, b)
-		ib, _ := item.Encode()
-		if len(list)+len(ib) > maxElemBytes {
+		item := elemItem(e.keyBytes(layout, el.key), nil, v, 0, ud)
+		if len(list)+len(item) > maxElemBytes {
 			flush()
 		}
-		list = append(list, ib...)
+		list = append(list, item...)
 	}
 	flush()
 }
@@ -459,6 +441,13 @@ func (e *encoder) newAnon(isMap bool) *anonSet {
 
 // addElem appends one element: a key, optional data (value bytes or a verdict), flags and user data.
 func (s *anonSet) addElem(key, value []byte, v *verdict, flags uint32, ud udata) {
+	s.elems = append(s.elems, elemItem(key, value, v, flags, ud)...)
+	s.count++
+}
+
+// elemItem encodes one set element as an NFTA_LIST_ELEM: its key, optional data (value bytes or a
+// verdict), flags and user data.
+func elemItem(key, value []byte, v *verdict, flags uint32, ud udata) []byte {
 	ae := netlink.NewAttributeEncoder()
 	ae.ByteOrder = binary.BigEndian
 	ae.Nested(unix.NFTA_SET_ELEM_KEY, func(nae *netlink.AttributeEncoder) error {
@@ -475,7 +464,9 @@ func (s *anonSet) addElem(key, value []byte, v *verdict, flags uint32, ud udata)
 		ae.Nested(unix.NFTA_SET_ELEM_DATA, func(nae *netlink.AttributeEncoder) error {
 			nae.Nested(unix.NFTA_DATA_VERDICT, func(vae *netlink.AttributeEncoder) error {
 				vae.Uint32(unix.NFTA_VERDICT_CODE, verdictCode(v.kind))
-				vae.String(unix.NFTA_VERDICT_CHAIN, v.chain)
+				if v.chain != "" {
+					vae.String(unix.NFTA_VERDICT_CHAIN, v.chain)
+				}
 				return nil
 			})
 			return nil
@@ -491,8 +482,7 @@ func (s *anonSet) addElem(key, value []byte, v *verdict, flags uint32, ud udata)
 	item := netlink.NewAttributeEncoder()
 	item.Bytes(unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, b)
 	ib, _ := item.Encode()
-	s.elems = append(s.elems, ib...)
-	s.count++
+	return ib
 }
 
 // emitAnon appends the messages creating an anonymous set and its elements.
