@@ -3,7 +3,8 @@
 #   make unit    fast tests (no root, no servers)
 #   make test    everything CI runs (installs packages, builds a real apiserver, root)
 #   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods (MODE=nftables)
-#   make bench   ours vs upstream kube-proxy side by side; writes BENCHMARKS.md (hours; see BENCHFLAGS)
+#   make bench   ours vs upstream kube-proxy side by side, modes iptables and nftables; writes BENCHMARKS.md
+#                (hours; see BENCHFLAGS)
 
 SHELL       := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
@@ -66,12 +67,13 @@ e2e: build build-faults cluster-bins
 test: deps unit fuzz e2e bench-quick
 
 # Ours vs upstream kube-proxy (built with the cluster binaries), side by side on this machine; results in
-# bin/bench/<timestamp>/, tables into BENCHMARKS.md. BENCHFLAGS picks sizes: '-n 1000,5000 -m 3 -runs 3'.
+# bin/bench/<timestamp>/, tables into BENCHMARKS.md. BENCHFLAGS picks modes and sizes: '-n 1000,5000 -m 3 -runs 3',
+# '-mode nftables -n 1000,10000 -m 3'.
 BENCHFLAGS ?=
 bench: deps build cluster-bins
 	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/bench $(BENCHFLAGS)
 
-# The CI variant: N=1000, M=3, one run, a few changes; checks the benchmark still runs (no report).
+# The CI variant: N=1000, M=3, one run, a few changes, both modes; checks the benchmark still runs (no report).
 bench-quick: deps build cluster-bins
 	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/bench -quick
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -147,7 +148,7 @@ func changeFloor(ns *harness.NetNS, mon *Monitor, byChain map[string][]string, s
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, FloorSample{Commit: res.Commit, Wall: res.Wall})
+		out = append(out, res.sample())
 	}
 	return out, nil
 }
@@ -178,7 +179,7 @@ func measureFloors(saved map[string]string, s *service, reps int, quiet time.Dur
 			if err != nil {
 				return fmt.Errorf("restoring the %s payload: %w", impl, err)
 			}
-			f.Whole[impl] = FloorSample{Commit: res.Commit, Wall: res.Wall}
+			f.Whole[impl] = res.sample()
 			logf("floor: %s payload (%d lines) restored with --noflush: committed after %v, exited after %v", impl,
 				strings.Count(string(payload), "\n"), res.Commit.Round(time.Millisecond), res.Wall.Round(time.Millisecond))
 			nat := harness.ParseSave(text)["nat"]
@@ -216,4 +217,61 @@ func measureFloors(saved map[string]string, s *service, reps int, quiet time.Dur
 func floorSummary(s []FloorSample) string {
 	return fmt.Sprintf("committed after p50 %v, exited after p50 %v", floorP50(s, true).Round(100*time.Microsecond),
 		floorP50(s, false).Round(100*time.Microsecond))
+}
+
+// measureNFTFloors loads the table ip kube-proxy one implementation listed after its cold sync (ours',
+// else upstream's) into a fresh namespace with one `nft -f`, then times reps additions and as many
+// removals of one endpoint of s there, each one `nft -f` of the transaction upstream's writer makes for
+// that change. It returns nil when no listing was saved (no cold start finished). A load still running
+// after loadCap is given up (LoadCapped).
+func measureNFTFloors(listings map[string]string, s *service, reps int, quiet, loadCap time.Duration) (*NFTFloors, error) {
+	f := &NFTFloors{}
+	for _, impl := range []string{implUpstream, implOurs} {
+		if _, ok := listings[impl]; ok {
+			f.Source = impl
+		}
+	}
+	if f.Source == "" {
+		return nil, nil
+	}
+	quiesce(quiet)
+	ns, err := harness.NewNetNS("bench-nftfloor")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ns.Delete() }()
+	mon, err := NewMonitor(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer mon.Close()
+	listing := listings[f.Source]
+	whole, err := nftRun(ns, listing, mon, loadCap)
+	if errors.Is(err, errNotInTime) {
+		f.LoadCapped = loadCap
+		logf("floor: the table %s listed (%d lines) not loaded by nft -f within %v: no floor of mode nftables", f.Source,
+			strings.Count(listing, "\n"), loadCap)
+		return f, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading the table %s listed: %w", f.Source, err)
+	}
+	f.Whole = whole.sample()
+	logf("floor: the table %s listed (%d lines) loaded by nft -f: committed after %v, exited after %v", f.Source,
+		strings.Count(listing, "\n"), f.Whole.Commit.Round(time.Millisecond), f.Whole.Wall.Round(time.Millisecond))
+	extra := hostPort(extraEndpoint(0), podPort)
+	for k := 0; k < 2*reps; k++ {
+		eps := slices.Clone(s.Endpoints)
+		if k%2 == 0 {
+			eps = append(eps, extra)
+			slices.Sort(eps)
+		}
+		res, err := nftRun(ns, nftChangeText(s.NFTChain, eps), mon, 0)
+		if err != nil {
+			return nil, err
+		}
+		f.Change = append(f.Change, res.sample())
+	}
+	logf("floor: one Service's endpoint change by nft -f over that table: %s", floorSummary(f.Change))
+	return f, nil
 }

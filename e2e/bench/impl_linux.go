@@ -14,21 +14,23 @@ import (
 )
 
 // configExtra is what the benchmark's config file adds to harness.ConfigYAML (which sets the kubeconfig, the
-// node name, healthz and metrics on 127.0.0.1 and conntrack settings that leave global sysctls alone).
-func configExtra(profiling bool) string {
-	s := "mode: iptables\nclusterCIDR: " + harness.PodCIDR + "\n"
+// node name, healthz and metrics on 127.0.0.1 and conntrack settings that leave global sysctls alone), in
+// proxy mode proxy (every setting of that mode's section at its default).
+func configExtra(proxy string, profiling bool) string {
+	s := "mode: " + proxy + "\nclusterCIDR: " + harness.PodCIDR + "\n"
 	if profiling {
 		s += "enableProfiling: true\n"
 	}
 	return s
 }
 
-// flagArgs are the command-line equivalent of the config file, with minSyncPeriod 0.
-func flagArgs(kubeconfig string, profiling bool) []string {
+// flagArgs are the command-line equivalent of the config file, with minSyncPeriod 0 (in mode nftables
+// too, --iptables-min-sync-period sets it: upstream has no nftables flags).
+func flagArgs(proxy, kubeconfig string, profiling bool) []string {
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + nodeName,
-		"--proxy-mode=iptables",
+		"--proxy-mode=" + proxy,
 		"--cluster-cidr=" + harness.PodCIDR,
 		"--healthz-bind-address=127.0.0.1:10256",
 		"--metrics-bind-address=127.0.0.1:10249",
@@ -51,18 +53,18 @@ type daemon struct {
 	ns    *harness.NetNS
 }
 
-// launch starts impl (binary bin) in ns, configured by mode, logging into dir.
-func launch(impl, bin, mode string, ns *harness.NetNS, kubeconfig, dir string, env []string, profiling bool) (*daemon, error) {
+// launch starts impl (binary bin) in ns in proxy mode proxy, configured as mode says, logging into dir.
+func launch(impl, bin, proxy, mode string, ns *harness.NetNS, kubeconfig, dir string, env []string, profiling bool) (*daemon, error) {
 	var args []string
 	switch mode {
 	case modeConfig:
 		path := filepath.Join(dir, impl+"-config.yaml")
-		if err := os.WriteFile(path, []byte(harness.ConfigYAML(kubeconfig, nodeName, configExtra(profiling))), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(harness.ConfigYAML(kubeconfig, nodeName, configExtra(proxy, profiling))), 0o644); err != nil {
 			return nil, err
 		}
 		args = []string{"--config=" + path}
 	case modeFlags:
-		args = flagArgs(kubeconfig, profiling)
+		args = flagArgs(proxy, kubeconfig, profiling)
 	default:
 		return nil, fmt.Errorf("unknown mode %q", mode)
 	}

@@ -12,8 +12,10 @@ type machineInfo struct {
 	MemoryGB float64
 	Kernel   string
 	IPTables string
-	Go       string
-	Commit   string // git describe of the repository
+	// NFT is what `nft --version` printed.
+	NFT    string `json:",omitempty"`
+	Go     string
+	Commit string // git describe of the repository
 	// Versions maps each implementation to what its binary's --version printed.
 	Versions map[string]string
 }

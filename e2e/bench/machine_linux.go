@@ -37,6 +37,7 @@ func describeMachine(bins map[string]string) machineInfo {
 		m.Kernel = unix.ByteSliceToString(u.Release[:])
 	}
 	m.IPTables = firstLine("iptables-nft", "--version")
+	m.NFT = firstLine("nft", "--version")
 	m.Commit = firstLine("git", "describe", "--always", "--dirty")
 	for impl, bin := range bins {
 		m.Versions[impl] = firstLine(bin, "--version")

@@ -32,3 +32,12 @@ func svcChain(namespace, name, port string) string {
 func sepChain(namespace, name, port, endpoint string) string {
 	return chainHash("KUBE-SEP", svcPortName(namespace, name, port), "tcp", endpoint)
 }
+
+// nftServiceChain returns the chain mode nftables gives a TCP Service port's endpoints (Cluster traffic
+// policy): "service-" + the first 8 characters of base32(sha256("ns/name/tcp/port")) + "-ns/name/tcp/port",
+// upstream's scheme, computed here independently of rules/nftables (names of these lengths are never cut).
+func nftServiceChain(namespace, name, port string) string {
+	base := namespace + "/" + name + "/tcp/" + port
+	sum := sha256.Sum256([]byte(base))
+	return "service-" + base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + base
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -23,7 +24,8 @@ import (
 // table, the jump (or goto) target of each rule, by rule handle, and after each generation message it
 // evaluates what callers wait for. Nothing is polled and no text is formatted, so the observer costs the
 // host little; the kernel builds the notifications only because a listener exists, in the committing
-// process (measured: see BENCHMARKS.md).
+// process (measured: see BENCHMARKS.md). For mode nftables the same notifications (sets and their
+// elements too) feed a model of the IPv4 table kube-proxy (nftmodel_linux.go).
 
 // Message types, attributes and flags of nf_tables netlink not in x/sys/unix.
 const (
@@ -45,16 +47,26 @@ type Gen struct {
 	Proc string
 	// Time is when the monitor read the generation message: the transaction was in effect by then.
 	Time time.Time
-	// Rules and Chains count the rules and chains added or deleted in the transaction, all tables and
-	// families together.
-	Rules, Chains int
+	// Rules, Chains and Elems count the rules, chains and set or map elements added or deleted in the
+	// transaction, all tables and families together (the elements of a set deleted as a whole not
+	// included: the kernel announces only the set).
+	Rules, Chains, Elems int
 	// Resynced is set when the monitor lost notifications (socket overflow) and re-read the kernel's
 	// state instead; Time is then when that re-read finished.
 	Resynced bool
 }
 
-// View is the monitor's model of the IPv4 nat table, handed to wait predicates under the monitor's lock.
+// View is the monitor's model of the IPv4 nat table (and of the IPv4 table kube-proxy), handed to wait
+// predicates under the monitor's lock.
 type View struct{ m *Monitor }
+
+// NFTReaches returns the endpoints ("ip:port", sorted) that table kube-proxy sends a new TCP connection
+// to ip:port to: through the service-ips map to a chain, and that chain's DNAT rules. None when the map
+// has no element for the address and port.
+func (v View) NFTReaches(ip netip.Addr, port uint16) []string { return v.m.nft.reaches(ip, port) }
+
+// NFTServiceIPs returns the number of elements of the service-ips map.
+func (v View) NFTServiceIPs() int { return len(v.m.nft.sets[nftServiceIPs]) }
 
 // SEPs returns how many of chain's rules jump to a KUBE-SEP chain.
 func (v View) SEPs(chain string) int {
@@ -112,6 +124,7 @@ type Monitor struct {
 
 	mu      sync.Mutex
 	rules   map[string]map[uint64]string // nat chain → rule handle → jump target ("" if none)
+	nft     *nftModel                    // the IPv4 table kube-proxy
 	waiters []*waiter
 	gens    []Gen
 	cur     Gen // counts of the transaction being announced
@@ -143,7 +156,7 @@ func NewMonitor(ns *harness.NetNS) (*Monitor, error) {
 		return nil, fmt.Errorf("nf_tables monitor in %s: %w", ns.Name, err)
 	}
 	m := &Monitor{ns: ns, file: os.NewFile(uintptr(fd), "nftables-monitor"),
-		rules: map[string]map[uint64]string{}, stopped: make(chan struct{})}
+		rules: map[string]map[uint64]string{}, nft: newNFTModel(), stopped: make(chan struct{})}
 	go m.read()
 	return m, nil
 }
@@ -243,6 +256,43 @@ func (m *Monitor) reloadLocked(chain string) error {
 	return nil
 }
 
+// ReloadNFT replaces the model of the given chains of table kube-proxy and of the maps their rules look
+// endpoints up in with the kernel's current state; with no chains, of the whole table.
+func (m *Monitor) ReloadNFT(chains ...string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reloadNFTLocked(chains)
+}
+
+// reloadAllLocked re-reads both models after lost notifications.
+func (m *Monitor) reloadAllLocked() error {
+	if err := m.reloadLocked(""); err != nil {
+		return err
+	}
+	return m.reloadNFTLocked(nil)
+}
+
+func (m *Monitor) reloadNFTLocked(chains []string) error {
+	fresh, err := dumpNFT(m.ns, chains)
+	if err != nil {
+		return err
+	}
+	if len(chains) == 0 {
+		m.nft = fresh
+		return nil
+	}
+	for _, c := range chains {
+		delete(m.nft.rules, c)
+		if r := fresh.rules[c]; r != nil {
+			m.nft.rules[c] = r
+		}
+	}
+	for name, elems := range fresh.sets {
+		m.nft.sets[name] = elems
+	}
+	return nil
+}
+
 func (m *Monitor) chain(name string) map[uint64]string {
 	c := m.rules[name]
 	if c == nil {
@@ -261,7 +311,7 @@ func (m *Monitor) read() {
 		if errors.Is(err, unix.ENOBUFS) {
 			m.mu.Lock()
 			m.lost++
-			if err := m.reloadLocked(""); err != nil {
+			if err := m.reloadAllLocked(); err != nil {
 				m.readErr = fmt.Errorf("re-reading the kernel after an overflow: %w", err)
 				m.mu.Unlock()
 				return
@@ -285,39 +335,34 @@ func (m *Monitor) read() {
 	}
 }
 
-// handle applies one notification (nfgenmsg stripped) to the model.
+// handle applies one notification (nfgenmsg stripped) to the models.
 func (m *Monitor) handle(typ uint16, msg []byte, now time.Time) {
 	if typ>>8 != unix.NFNL_SUBSYS_NFTABLES || len(msg) < nfgenmsgSize {
 		return
 	}
 	family, attrs := msg[0], msg[nfgenmsgSize:]
-	switch typ & 0xff {
+	typ &= 0xff
+	if family == unix.AF_INET {
+		m.nft.apply(typ, attrs)
+	}
+	switch typ {
 	case unix.NFT_MSG_NEWCHAIN, unix.NFT_MSG_DELCHAIN:
 		m.cur.Chains++
-		if typ&0xff == unix.NFT_MSG_DELCHAIN && family == unix.AF_INET {
-			var table, name string
-			forEachAttr(attrs, func(t uint16, v []byte) {
-				switch t {
-				case unix.NFTA_CHAIN_TABLE:
-					table = cstr(v)
-				case unix.NFTA_CHAIN_NAME:
-					name = cstr(v)
-				}
-			})
-			if table == "nat" {
-				delete(m.rules, name)
-			}
+		if typ == unix.NFT_MSG_DELCHAIN && family == unix.AF_INET && attrString(attrs, unix.NFTA_CHAIN_TABLE) == "nat" {
+			delete(m.rules, attrString(attrs, unix.NFTA_CHAIN_NAME))
 		}
+	case unix.NFT_MSG_NEWSETELEM, unix.NFT_MSG_DELSETELEM:
+		m.cur.Elems += elemCount(attrs)
 	case unix.NFT_MSG_NEWRULE, unix.NFT_MSG_DELRULE:
 		m.cur.Rules++
 		if family != unix.AF_INET {
 			return
 		}
-		r, ok := parseRule(attrs, typ&0xff == unix.NFT_MSG_NEWRULE)
+		r, ok := parseRule(attrs, typ == unix.NFT_MSG_NEWRULE)
 		if !ok || r.table != "nat" {
 			return
 		}
-		if typ&0xff == unix.NFT_MSG_NEWRULE {
+		if typ == unix.NFT_MSG_NEWRULE {
 			m.chain(r.chain)[r.handle] = r.target
 		} else if c := m.rules[r.chain]; c != nil {
 			delete(c, r.handle)
@@ -433,84 +478,127 @@ func jumpTarget(exprs []byte) string {
 // dumpRules reads the rules of an IPv4 table (of one chain, if chain is set) through a netlink dump in ns.
 func dumpRules(ns *harness.NetNS, table, chain string) ([]rule, error) {
 	var out []rule
-	for attempt := 0; attempt < 10; attempt++ {
-		out = out[:0]
-		intr := false
-		err := ns.Do(func() error {
-			fd, err := nlSocket()
-			if err != nil {
-				return err
-			}
-			defer unix.Close(fd)
-			if err := unix.SetNonblock(fd, false); err != nil {
-				return err
-			}
-			req := dumpRequest(table, chain)
-			if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-				return fmt.Errorf("sending rule dump request: %w", err)
-			}
-			buf := make([]byte, 1<<20)
-			for {
-				n, _, err := unix.Recvfrom(fd, buf, 0)
-				if err != nil {
-					return fmt.Errorf("reading rule dump: %w", err)
-				}
-				done := false
-				var dumpErr error
-				forEachMsg(buf[:n], func(typ, flags uint16, msg []byte) {
-					switch {
-					case typ == unix.NLMSG_DONE:
-						done = true
-					case typ == unix.NLMSG_ERROR:
-						if len(msg) >= 4 {
-							if errno := int32(binary.LittleEndian.Uint32(msg)); errno != 0 {
-								dumpErr = unix.Errno(-errno)
-							}
-						}
-						done = true
-					case typ>>8 == unix.NFNL_SUBSYS_NFTABLES && typ&0xff == unix.NFT_MSG_NEWRULE && len(msg) >= nfgenmsgSize:
-						if flags&nlmFDumpIntr != 0 {
-							intr = true
-						}
-						if r, ok := parseRule(msg[nfgenmsgSize:], true); ok {
-							out = append(out, r)
-						}
-					}
-				})
-				if dumpErr != nil {
-					if errors.Is(dumpErr, unix.ENOENT) { // no such table or chain: nothing to report
-						return nil
-					}
-					return fmt.Errorf("rule dump: %w", dumpErr)
-				}
-				if done {
-					return nil
-				}
+	err := inNetNS(ns, func(c *nlConn) error {
+		return c.dump(ruleRequest(table, chain), func() { out = out[:0] }, func(typ uint16, attrs []byte) {
+			if r, ok := parseRule(attrs, true); ok && typ == unix.NFT_MSG_NEWRULE {
+				out = append(out, r)
 			}
 		})
-		if err != nil {
-			return nil, fmt.Errorf("dumping nat rules in %s: %w", ns.Name, err)
-		}
-		if !intr {
-			return out, nil
-		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dumping %s rules in %s: %w", table, ns.Name, err)
 	}
-	return nil, fmt.Errorf("dumping nat rules in %s: interrupted by changes ten times in a row", ns.Name)
+	return out, nil
 }
 
-// dumpRequest builds an NFT_MSG_GETRULE dump request for an IPv4 table, optionally one chain.
-func dumpRequest(table, chain string) []byte {
+// nlConn is a netlink socket for dumps, in the network namespace it was opened in.
+type nlConn struct {
+	fd  int
+	seq uint32
+	buf []byte
+}
+
+// inNetNS opens a netlink socket in ns and runs fn with it (on a thread in ns).
+func inNetNS(ns *harness.NetNS, fn func(c *nlConn) error) error {
+	return ns.Do(func() error {
+		fd, err := nlSocket()
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetNonblock(fd, false); err != nil {
+			return err
+		}
+		return fn(&nlConn{fd: fd, buf: make([]byte, 1<<20)})
+	})
+}
+
+// dump sends a dump request and calls fn with every nf_tables message of the answer (type without the
+// subsystem, nfgenmsg stripped). A dump the kernel marks interrupted by a change (NLM_F_DUMP_INTR) is
+// made again, up to ten times, after calling reset. A dump of something that does not exist (ENOENT)
+// answers nothing.
+func (c *nlConn) dump(req []byte, reset func(), fn func(typ uint16, attrs []byte)) error {
+	for attempt := 0; attempt < 10; attempt++ {
+		c.seq++
+		binary.NativeEndian.PutUint32(req[8:], c.seq)
+		if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+			return fmt.Errorf("sending dump request: %w", err)
+		}
+		intr, err := c.read(fn)
+		if err != nil || !intr {
+			return err
+		}
+		reset()
+	}
+	return errors.New("dump interrupted by changes ten times in a row")
+}
+
+// read reads one dump's answer, calling fn for each message, and reports whether it was interrupted.
+func (c *nlConn) read(fn func(typ uint16, attrs []byte)) (bool, error) {
+	intr := false
+	for {
+		n, _, err := unix.Recvfrom(c.fd, c.buf, 0)
+		if err != nil {
+			return intr, fmt.Errorf("reading dump: %w", err)
+		}
+		done := false
+		var dumpErr error
+		forEachMsg(c.buf[:n], func(typ, flags uint16, msg []byte) {
+			switch {
+			case typ == unix.NLMSG_DONE:
+				done = true
+			case typ == unix.NLMSG_ERROR:
+				if len(msg) >= 4 {
+					if errno := int32(binary.NativeEndian.Uint32(msg)); errno != 0 {
+						dumpErr = unix.Errno(-errno)
+					}
+				}
+				done = true
+			case typ>>8 == unix.NFNL_SUBSYS_NFTABLES && len(msg) >= nfgenmsgSize:
+				if flags&nlmFDumpIntr != 0 {
+					intr = true
+				}
+				fn(typ&0xff, msg[nfgenmsgSize:])
+			}
+		})
+		if errors.Is(dumpErr, unix.ENOENT) { // no such table, chain or set: nothing to report
+			return false, nil
+		}
+		if dumpErr != nil {
+			return intr, fmt.Errorf("dump: %w", dumpErr)
+		}
+		if done {
+			return intr, nil
+		}
+	}
+}
+
+// strAttr is a string attribute of a request.
+type strAttr struct {
+	typ uint16
+	val string
+}
+
+// nftRequest builds an nf_tables dump request of type typ for the IPv4 family with string attributes.
+func nftRequest(typ uint16, attrs ...strAttr) []byte {
 	b := make([]byte, nlmsgHeaderSize+nfgenmsgSize)
-	binary.NativeEndian.PutUint16(b[4:], unix.NFNL_SUBSYS_NFTABLES<<8|nftMsgGetRule)
+	binary.NativeEndian.PutUint16(b[4:], unix.NFNL_SUBSYS_NFTABLES<<8|typ)
 	binary.NativeEndian.PutUint16(b[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	binary.NativeEndian.PutUint32(b[8:], 1) // sequence number
-	b[nlmsgHeaderSize] = unix.AF_INET       // nfgenmsg: family, version 0, resource id 0
-	b = appendAttr(b, unix.NFTA_RULE_TABLE, append([]byte(table), 0))
-	if chain != "" {
-		b = appendAttr(b, unix.NFTA_RULE_CHAIN, append([]byte(chain), 0))
+	b[nlmsgHeaderSize] = unix.AF_INET // nfgenmsg: family, version 0, resource id 0
+	for _, a := range attrs {
+		b = appendAttr(b, a.typ, append([]byte(a.val), 0))
 	}
 	binary.NativeEndian.PutUint32(b[0:], uint32(len(b)))
 	return b
+}
+
+// ruleRequest builds an NFT_MSG_GETRULE dump request for an IPv4 table, optionally one chain.
+func ruleRequest(table, chain string) []byte {
+	attrs := []strAttr{{unix.NFTA_RULE_TABLE, table}}
+	if chain != "" {
+		attrs = append(attrs, strAttr{unix.NFTA_RULE_CHAIN, chain})
+	}
+	return nftRequest(nftMsgGetRule, attrs...)
 }
 
 func appendAttr(b []byte, typ uint16, v []byte) []byte {

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -10,17 +11,24 @@ import (
 
 // options are the command line, exported for results.json.
 type options struct {
-	N, M    []int
-	Runs    int
-	Impls   []string
+	N, M  []int
+	Runs  int
+	Impls []string
+	// Modes are the proxy modes measured, in order.
+	Modes   []string
 	Quick   bool
 	Changes int
+	// NFTChanges is Changes for mode nftables (0: the same).
+	NFTChanges int `json:",omitempty"`
 	// Connects is the number of timed connections per data-plane target (0 skips the data plane).
 	Connects  int
 	Workers   int
 	FloorReps int
 	// Gap is the pause after each change has landed (plus a random 0–Gap/2), so changes do not coalesce.
 	Gap, Settle, ColdTimeout, ChangeTimeout time.Duration
+	// ColdCap is the longest a cold start of mode nftables is waited for: one that takes longer is
+	// reported with the time and the Services it had reached, and that daemon's run ends there.
+	ColdCap time.Duration
 	// Quiesce is the longest wait for the host to go idle before each measurement.
 	Quiesce        time.Duration
 	Seed           uint64
@@ -42,8 +50,10 @@ func parseOptions(args []string) (options, error) {
 	ms := fs.String("m", "3,10", "endpoints per Service, comma-separated (a fresh cluster for each)")
 	fs.IntVar(&o.Runs, "runs", 3, "repetitions per size; the report gives medians and min–max")
 	impl := fs.String("impl", "both", "ours, upstream or both")
-	fs.BoolVar(&o.Quick, "quick", false, "CI variant: N=1000, M=3, one run, 20 changes, 200 connections, no BENCHMARKS.md (flags given explicitly still win)")
+	modes := fs.String("mode", "iptables,nftables", "proxy modes, comma-separated: iptables, nftables")
+	fs.BoolVar(&o.Quick, "quick", false, "CI variant: N=1000, M=3, one run, 20 changes (mode nftables: 6), 200 connections, no BENCHMARKS.md (flags given explicitly still win)")
 	fs.IntVar(&o.Changes, "changes", 100, "single-Service changes per implementation and minSyncPeriod (even: adds and removals alternate)")
+	fs.IntVar(&o.NFTChanges, "nft-changes", 0, "-changes for mode nftables (0: the same)")
 	fs.IntVar(&o.Connects, "connects", 1000, "timed new connections per data-plane target, made round-robin across the targets (0: skip the data plane)")
 	fs.IntVar(&o.Workers, "workers", 32, "parallel API writers when creating Services")
 	fs.IntVar(&o.FloorReps, "floor-reps", 10, "kernel floor: endpoint additions and as many removals per rule set (0: skip the floors)")
@@ -51,6 +61,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.Settle, "settle", 2*time.Second, "wait after the cold sync and after the changes before reading RSS")
 	fs.DurationVar(&o.Quiesce, "quiesce", 10*time.Second, "before each daemon run and floor, wait at most this long for the host to be under 20% busy")
 	fs.DurationVar(&o.ColdTimeout, "cold-timeout", 30*time.Minute, "longest a cold start may take")
+	fs.DurationVar(&o.ColdCap, "cold-cap", 20*time.Minute, "mode nftables: report a cold start still unfinished after this long with what it had reached, and end that daemon's run")
 	fs.DurationVar(&o.ChangeTimeout, "change-timeout", 2*time.Minute, "longest one change may take to reach the kernel")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the change sequence (the same for every implementation)")
 	fs.StringVar(&o.Output, "o", "BENCHMARKS.md", "Markdown file whose sections for the measured sizes are (re)written; empty: none")
@@ -70,7 +81,7 @@ func parseOptions(args []string) (options, error) {
 	if o.Quick {
 		quick := map[string]func(){
 			"n": func() { *ns = "1000" }, "m": func() { *ms = "3" }, "runs": func() { o.Runs = 1 },
-			"changes": func() { o.Changes = 20 }, "connects": func() { o.Connects = 200 },
+			"changes": func() { o.Changes = 20 }, "nft-changes": func() { o.NFTChanges = 6 }, "connects": func() { o.Connects = 200 },
 			"floor-reps": func() { o.FloorReps = 3 }, "settle": func() { o.Settle = time.Second },
 			"o": func() { o.Output = "" }, "quiesce": func() { o.Quiesce = 2 * time.Second },
 		}
@@ -102,15 +113,33 @@ func parseOptions(args []string) (options, error) {
 		return o, fmt.Errorf("-changes: want an even number of at least 2")
 	case o.Changes/2 > extraBlocks*254:
 		return o, fmt.Errorf("-changes: at most %d", 2*extraBlocks*254)
+	case o.NFTChanges < 0 || o.NFTChanges%2 != 0 || o.NFTChanges/2 > extraBlocks*254:
+		return o, fmt.Errorf("-nft-changes: want an even number of at most %d (0: as -changes)", 2*extraBlocks*254)
 	case o.Workers < 1:
 		return o, fmt.Errorf("-workers: want at least 1")
 	}
-	for _, n := range o.N {
-		if n < 2 || n > 30000 {
-			return o, fmt.Errorf("-n: %d out of range 2–30000 (the Service CIDR is a /16)", n)
+	o.Modes = nil
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(m)
+		if m != proxyIPTables && m != proxyNFTables {
+			return o, fmt.Errorf("-mode: want iptables, nftables or both, comma-separated, not %q", m)
 		}
-		if o.Changes > n {
-			return o, fmt.Errorf("-changes %d: more than the %d Services", o.Changes, n)
+		if !slices.Contains(o.Modes, m) {
+			o.Modes = append(o.Modes, m)
+		}
+	}
+	// Mode iptables is measured up to 30,000 Services; mode nftables, whose dispatch does not grow with
+	// them, up to 60,000 (the Service CIDR is a /16).
+	maxN := 60000
+	if slices.Contains(o.Modes, proxyIPTables) {
+		maxN = 30000
+	}
+	for _, n := range o.N {
+		if n < 2 || n > maxN {
+			return o, fmt.Errorf("-n: %d out of range 2–%d (the Service CIDR is a /16; above 30,000 with -mode nftables only)", n, maxN)
+		}
+		if o.Changes > n || o.NFTChanges > n {
+			return o, fmt.Errorf("-changes %d, -nft-changes %d: more than the %d Services", o.Changes, o.NFTChanges, n)
 		}
 	}
 	for _, m := range o.M {
@@ -120,6 +149,14 @@ func parseOptions(args []string) (options, error) {
 	}
 	o.Command = "go run ./e2e/bench " + strings.Join(args, " ")
 	return o, nil
+}
+
+// changesFor returns the number of changes per implementation and minSyncPeriod in a proxy mode.
+func (o options) changesFor(proxy string) int {
+	if proxy == proxyNFTables && o.NFTChanges > 0 {
+		return o.NFTChanges
+	}
+	return o.Changes
 }
 
 func intList(s string) ([]int, error) {

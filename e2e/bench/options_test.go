@@ -15,11 +15,13 @@ func TestParseOptions(t *testing.T) {
 	}{
 		{"defaults", nil, func(o options) bool {
 			return slices.Equal(o.N, []int{1000, 5000, 10000}) && slices.Equal(o.M, []int{3, 10}) && o.Runs == 3 &&
-				slices.Equal(o.Impls, []string{implOurs, implUpstream}) && o.Output == "BENCHMARKS.md" && o.Changes == 100
+				slices.Equal(o.Impls, []string{implOurs, implUpstream}) && o.Output == "BENCHMARKS.md" && o.Changes == 100 &&
+				slices.Equal(o.Modes, []string{proxyIPTables, proxyNFTables}) && o.ColdCap == 20*time.Minute &&
+				o.changesFor(proxyNFTables) == 100
 		}, false},
 		{"quick", []string{"-quick"}, func(o options) bool {
 			return slices.Equal(o.N, []int{1000}) && slices.Equal(o.M, []int{3}) && o.Runs == 1 && o.Changes == 20 &&
-				o.Output == "" && o.Quiesce == 2*time.Second
+				o.Output == "" && o.Quiesce == 2*time.Second && o.changesFor(proxyIPTables) == 20 && o.changesFor(proxyNFTables) == 6
 		}, false},
 		{"quick keeps explicit flags", []string{"-quick", "-changes", "40", "-o", "x.md"}, func(o options) bool {
 			return o.Changes == 40 && o.Output == "x.md" && o.Runs == 1
@@ -27,6 +29,15 @@ func TestParseOptions(t *testing.T) {
 		{"one implementation", []string{"-impl", "upstream", "-n", "2000"}, func(o options) bool {
 			return slices.Equal(o.Impls, []string{implUpstream}) && slices.Equal(o.N, []int{2000})
 		}, false},
+		{"mode nftables up to 60,000 Services", []string{"-mode", "nftables", "-n", "1000,50000", "-cold-cap", "1m"}, func(o options) bool {
+			return slices.Equal(o.Modes, []string{proxyNFTables}) && slices.Equal(o.N, []int{1000, 50000}) && o.ColdCap == time.Minute
+		}, false},
+		{"modes in the order given", []string{"-mode", "nftables,iptables"}, func(o options) bool {
+			return slices.Equal(o.Modes, []string{proxyNFTables, proxyIPTables})
+		}, false},
+		{"mode iptables up to 30,000 Services", []string{"-mode", "iptables,nftables", "-n", "50000"}, nil, true},
+		{"unknown mode", []string{"-mode", "ipvs"}, nil, true},
+		{"odd nftables changes", []string{"-nft-changes", "3"}, nil, true},
 		{"odd changes", []string{"-changes", "5"}, nil, true},
 		{"decreasing sizes", []string{"-n", "5000,1000"}, nil, true},
 		{"more changes than Services", []string{"-n", "10", "-changes", "20"}, nil, true},

@@ -144,3 +144,21 @@ func waitReaped(pid int, max time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// threadOf reports whether tid is a thread of process pid (pid itself included), as /proc says while
+// the thread exists.
+func threadOf(tid, pid int) bool {
+	if tid == pid {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", tid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			return strings.TrimSpace(v) == strconv.Itoa(pid)
+		}
+	}
+	return false
+}

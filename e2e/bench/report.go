@@ -198,14 +198,24 @@ func ratio(a, b spread) string {
 	return fmt.Sprintf("%.3g×", a.Median/b.Median)
 }
 
-// renderGroup renders one size's tables in Markdown.
+// renderGroup renders one size's tables of mode iptables in Markdown.
 func renderGroup(g group, o options, m machineInfo) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s Services × %d endpoints\n\n", thousands(int64(g.N)), g.M)
+	b.WriteString(renderHeader(g, o, o.Changes, m.oneLine(), m))
+	b.WriteString(renderTable(g, metrics, nil))
+	b.WriteString(renderFloors(g))
+	b.WriteString(renderNotes(g, true))
+	return b.String()
+}
+
+// renderHeader is a section's list of how, when and on what it was measured.
+func renderHeader(g group, o options, changes int, machine string, m machineInfo) string {
+	var b strings.Builder
 	fmt.Fprintf(&b, "- Command: `%s`\n", o.Command)
 	fmt.Fprintf(&b, "- Date: %s; runs: %d (medians, min–max in parentheses); %d changes per implementation and minSyncPeriod; %d connections per data-plane target\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), len(g.Runs), o.Changes, o.Connects)
-	fmt.Fprintf(&b, "- Machine: %s\n", m.oneLine())
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), len(g.Runs), changes, o.Connects)
+	fmt.Fprintf(&b, "- Machine: %s\n", machine)
 	fmt.Fprintf(&b, "- Binaries: %s; repository at %s\n", m.versions(), m.Commit)
 	for _, r := range g.Runs {
 		if r.Created > 0 {
@@ -213,17 +223,33 @@ func renderGroup(g group, o options, m machineInfo) string {
 				thousands(int64(r.Objects/2)), thousands(int64(r.Objects)), o.Workers, formatValue(r.Created.Seconds(), unitSeconds), float64(r.Objects)/r.Created.Seconds())
 		}
 	}
+	return b.String()
+}
+
+// renderTable is the comparison table of ms: medians per implementation and their ratio. unfinished
+// names the rows whose value, in a run, can be the time a capped cold start had reached (marked so).
+func renderTable(g group, ms []metric, unfinished map[string]func(*RunResult, string) bool) string {
+	var b strings.Builder
 	b.WriteString("\n| | ours | upstream | ours ÷ upstream |\n|---|---|---|---|\n")
-	for _, mt := range metrics {
+	for _, mt := range ms {
 		ours, up := spreadOf(g.values(mt.get, implOurs)), spreadOf(g.values(mt.get, implUpstream))
 		if ours.N == 0 && up.N == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mt.name, formatSpread(ours, mt.unit), formatSpread(up, mt.unit), ratio(ours, up))
+		cells := [2]string{formatSpread(ours, mt.unit), formatSpread(up, mt.unit)}
+		for k, impl := range []string{implOurs, implUpstream} {
+			if f := unfinished[mt.name]; f != nil && g.any(func(r *RunResult) bool { return f(r, impl) }) {
+				cells[k] += " (unfinished: cap)"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mt.name, cells[0], cells[1], ratio(ours, up))
 	}
-	b.WriteString(renderFloors(g))
-	b.WriteString(renderNotes(g))
 	return b.String()
+}
+
+// any reports whether f holds for one of the group's runs.
+func (g group) any(f func(r *RunResult) bool) bool {
+	return slices.ContainsFunc(g.Runs, f)
 }
 
 func renderFloors(g group) string {
@@ -296,13 +322,13 @@ func renderFloors(g group) string {
 	target("cold start ÷ whole-payload restore of ours' payload", metrics[0].get, whole(implOurs))
 	target("network programming p50 at minSyncPeriod 0 ÷ one-change restore over ours' rules", latency(modeFlags, 0.5),
 		func(r *RunResult) []FloorSample { return r.Floors.Change[implOurs] })
-	b.WriteString(renderConnectFloor(g))
+	b.WriteString(renderConnectFloor(g, dpLast))
 	return b.String()
 }
 
 // renderConnectFloor adds the data plane's floor (no rules at all) and each implementation's new-connection
-// p50 to the last-created Service over it.
-func renderConnectFloor(g group) string {
+// p50 to each target over it.
+func renderConnectFloor(g group, targets ...string) string {
 	var floor []float64
 	for _, r := range g.Runs {
 		if c := r.Floors.Connect; c != nil && c.Samples > 0 {
@@ -316,35 +342,71 @@ func renderConnectFloor(g group) string {
 	fmt.Fprintf(&b, "\n| data-plane floor: new connections to a pod IP through a node with no rules (median) | p50 |\n|---|---|\n| no kube-proxy at all | %s |\n",
 		formatSpread(spreadOf(floor), unitSeconds))
 	for _, impl := range []string{implOurs, implUpstream} {
-		var v []float64
-		for _, r := range g.Runs {
-			c := r.Floors.Connect
-			if a, ok := dataPlane(dpLast)(r, impl); ok && c != nil && c.P50 > 0 {
-				v = append(v, a/c.P50.Seconds())
+		for _, t := range targets {
+			if v := g.perRun(dataPlane(t), impl, connectFloor); len(v) > 0 {
+				fmt.Fprintf(&b, "| %s: %s ÷ that floor | %s |\n", impl, t, formatRatioSpread(spreadOf(v)))
 			}
-		}
-		if len(v) > 0 {
-			fmt.Fprintf(&b, "| %s: %s ÷ that floor | %s |\n", impl, dpLast, formatRatioSpread(spreadOf(v)))
 		}
 	}
 	return b.String()
 }
 
-func formatRatioSpread(s spread) string {
-	v := fmt.Sprintf("%.2f×", s.Median)
-	if s.N > 1 && s.Min != s.Max {
-		v += fmt.Sprintf(" (%.2f–%.2f×)", s.Min, s.Max)
+// connectFloor is a run's data-plane floor, p50 in seconds.
+func connectFloor(r *RunResult) (float64, bool) {
+	if c := r.Floors.Connect; c != nil && c.Samples > 0 && c.P50 > 0 {
+		return c.P50.Seconds(), true
+	}
+	return 0, false
+}
+
+// perRun returns, for every run where both exist, num (of impl) divided by den.
+func (g group) perRun(num func(*RunResult, string) (float64, bool), impl string, den func(*RunResult) (float64, bool)) []float64 {
+	var v []float64
+	for _, r := range g.Runs {
+		a, ok := num(r, impl)
+		c, ok2 := den(r)
+		if ok && ok2 && c > 0 {
+			v = append(v, a/c)
+		}
 	}
 	return v
 }
 
-func renderNotes(g group) string {
+func formatRatioSpread(s spread) string {
+	v := fmt.Sprintf("%.2f×", s.Median)
+	if lo, hi := fmt.Sprintf("%.2f", s.Min), fmt.Sprintf("%.2f", s.Max); s.N > 1 && lo != hi {
+		v += fmt.Sprintf(" (%s–%s×)", lo, hi)
+	}
+	return v
+}
+
+// renderNotes lists what went unusually in the runs, and with walked the nat rules walked to each
+// data-plane target (mode iptables).
+func renderNotes(g group, walked bool) string {
 	var notes []string
 	for _, r := range g.Runs {
 		for _, p := range r.Phases {
 			label := fmt.Sprintf("run %d, %s, %s", r.Run, p.Impl, modeLabel(p.Mode))
+			if p.Skipped {
+				notes = append(notes, label+": not run, since the cold start with the config file did not finish within the cap")
+			}
+			if p.ColdCapped {
+				running := ""
+				if len(p.CappedChildren) > 0 {
+					running = "; still running: " + strings.Join(p.CappedChildren, ", ")
+				}
+				if p.ColdAfterCap > 0 {
+					running += fmt.Sprintf(" (its transaction, left to finish after the daemon was stopped, completed every Service %s after exec)",
+						formatValue(p.ColdAfterCap.Seconds(), unitSeconds))
+				}
+				notes = append(notes, fmt.Sprintf("%s: the cold start had not finished after %s (the cap), with %s of %s Services' rules complete in the kernel and %s transactions committed%s; the cold-start figures are the time it had reached and the CPU used until then (children's only once reaped), and nothing else was measured in that run",
+					label, formatValue(p.Cold.Seconds(), unitSeconds), thousands(int64(p.ColdProgress)), thousands(int64(g.N)), thousands(int64(p.ColdCommits)), running))
+			}
 			if p.MonitorLost > 0 {
 				notes = append(notes, fmt.Sprintf("%s: the monitor's socket overflowed %d times (the model was re-read from the kernel each time)", label, p.MonitorLost))
+			}
+			if p.RestoreUnseen {
+				notes = append(notes, label+": the monitor did not see the changed Services restored before the data plane, though a re-read of the kernel showed them so")
 			}
 			if p.DataPlaneMoved {
 				notes = append(notes, fmt.Sprintf("%s: the nat table was rewritten in another order while the connections were made", label))
@@ -359,8 +421,11 @@ func renderNotes(g group) string {
 			}
 		}
 	}
-	var walked []string
+	var walks []string
 	for _, impl := range []string{implOurs, implUpstream} {
+		if !walked {
+			break
+		}
 		var parts []string
 		for _, t := range dpTargets {
 			var v []float64
@@ -376,11 +441,11 @@ func renderNotes(g group) string {
 			}
 		}
 		if len(parts) > 0 {
-			walked = append(walked, impl+": "+strings.Join(parts, ", "))
+			walks = append(walks, impl+": "+strings.Join(parts, ", "))
 		}
 	}
-	if len(walked) > 0 {
-		notes = append(notes, "nat rules a new connection walks before its KUBE-SVC chain — "+strings.Join(walked, "; "))
+	if len(walks) > 0 {
+		notes = append(notes, "nat rules a new connection walks before its KUBE-SVC chain — "+strings.Join(walks, "; "))
 	}
 	if len(notes) == 0 {
 		return ""
@@ -388,11 +453,41 @@ func renderNotes(g group) string {
 	return "\nNotes:\n- " + strings.Join(notes, "\n- ") + "\n"
 }
 
+// section is one generated section of BENCHMARKS.md: one size of one proxy mode.
+type section struct {
+	begin, end, text string
+	proxy            string
+}
+
+// sections renders every size measured, mode iptables first.
+func sections(results []RunResult, o options, m machineInfo) []section {
+	var out []section
+	for _, proxy := range []string{proxyIPTables, proxyNFTables} {
+		var only []RunResult
+		for i := range results {
+			if r, ok := results[i].only(proxy); ok {
+				only = append(only, r)
+			}
+		}
+		for _, g := range groups(only) {
+			sec := section{begin: beginMarker(g.N, g.M), end: endMarker(g.N, g.M), proxy: proxy}
+			if proxy == proxyNFTables {
+				sec.begin, sec.end = nftBeginMarker(g.N, g.M), nftEndMarker(g.N, g.M)
+				sec.text = renderNFTGroup(g, o, m)
+			} else {
+				sec.text = renderGroup(g, o, m)
+			}
+			out = append(out, sec)
+		}
+	}
+	return out
+}
+
 // renderReport renders every size measured.
 func renderReport(results []RunResult, o options, m machineInfo) string {
 	var b strings.Builder
-	for _, g := range groups(results) {
-		b.WriteString(renderGroup(g, o, m))
+	for _, sec := range sections(results, o, m) {
+		b.WriteString(sec.text)
 		b.WriteString("\n")
 	}
 	return b.String()
@@ -402,20 +497,37 @@ func renderReport(results []RunResult, o options, m machineInfo) string {
 func beginMarker(n, m int) string { return fmt.Sprintf("<!-- bench:begin N=%d M=%d -->", n, m) }
 func endMarker(n, m int) string   { return fmt.Sprintf("<!-- bench:end N=%d M=%d -->", n, m) }
 
-// updateBenchmarks returns doc with the sections of the measured sizes replaced (or appended).
+// The markers of mode nftables' sections.
+func nftBeginMarker(n, m int) string {
+	return fmt.Sprintf("<!-- bench:begin mode=nftables N=%d M=%d -->", n, m)
+}
+func nftEndMarker(n, m int) string {
+	return fmt.Sprintf("<!-- bench:end mode=nftables N=%d M=%d -->", n, m)
+}
+
+// updateBenchmarks returns doc with the sections of the measured sizes replaced; a new one goes after
+// the last section of its proxy mode, or at the end.
 func updateBenchmarks(doc string, results []RunResult, o options, m machineInfo) string {
-	for _, g := range groups(results) {
-		section := beginMarker(g.N, g.M) + "\n" + renderGroup(g, o, m) + endMarker(g.N, g.M)
-		i := strings.Index(doc, beginMarker(g.N, g.M))
-		j := strings.Index(doc, endMarker(g.N, g.M))
+	for _, sec := range sections(results, o, m) {
+		text := sec.begin + "\n" + sec.text + sec.end
+		i, j := strings.Index(doc, sec.begin), strings.Index(doc, sec.end)
 		if i >= 0 && j > i {
-			doc = doc[:i] + section + doc[j+len(endMarker(g.N, g.M)):]
+			doc = doc[:i] + text + doc[j+len(sec.end):]
+			continue
+		}
+		endPrefix := "<!-- bench:end N="
+		if sec.proxy == proxyNFTables {
+			endPrefix = "<!-- bench:end mode=nftables N="
+		}
+		if k := strings.LastIndex(doc, endPrefix); k >= 0 {
+			k += strings.Index(doc[k:], "-->") + len("-->")
+			doc = doc[:k] + "\n\n" + text + doc[k:]
 			continue
 		}
 		if !strings.HasSuffix(doc, "\n") {
 			doc += "\n"
 		}
-		doc += "\n" + section + "\n"
+		doc += "\n" + text + "\n"
 	}
 	return doc
 }

@@ -8,10 +8,18 @@ const (
 	implUpstream = "upstream"
 )
 
+// Proxy modes, as -mode takes them.
+const (
+	proxyIPTables = "iptables"
+	proxyNFTables = "nftables"
+)
+
 // Ways of configuring the daemons: the config file both accept (minSyncPeriod left at its 1 s default),
 // or the equivalent command-line flags alone plus --iptables-min-sync-period=0. Upstream ignores most
 // flags when --config is given and turns a 0s minSyncPeriod in a file into 1 s, so the flag is the only
-// way to run it at 0; ours takes the same flags.
+// way to run it at 0; ours takes the same flags. In mode nftables too: upstream has no nftables flags, its
+// --iptables-min-sync-period sets the minSyncPeriod of every mode but ipvs, and a 0s
+// nftables.minSyncPeriod in a file becomes 1 s as well.
 const (
 	modeConfig = "config"
 	modeFlags  = "flags"
@@ -49,9 +57,27 @@ type PhaseResult struct {
 	Impl string
 	// Mode is modeConfig (the config file, minSyncPeriod 1 s) or modeFlags (flags, minSyncPeriod 0).
 	Mode string
+	// Proxy is the proxy mode, proxyIPTables or proxyNFTables ("" in results from before mode nftables
+	// was measured: iptables).
+	Proxy string `json:",omitempty"`
+	// Skipped is set when the run was not made (flags mode, after the config file's cold start was
+	// capped).
+	Skipped bool `json:",omitempty"`
 	// Cold is exec → the transaction after which every Service's KUBE-SVC chain jumped to all its
-	// endpoints' KUBE-SEP chains; FirstCommit is exec → the daemon's first nf_tables transaction.
+	// endpoints' KUBE-SEP chains (mode nftables: after which the service-ips element of every Service
+	// sent its cluster IP to a chain whose DNAT reaches all its endpoints); FirstCommit is exec → the
+	// daemon's first nf_tables transaction.
 	Cold, FirstCommit time.Duration
+	// ColdCapped is set when a cold start of mode nftables did not finish within -cold-cap: Cold is then
+	// how long it ran, ColdProgress how many Services were complete by then, and nothing else was
+	// measured but CPU, transactions and memory until then.
+	ColdCapped   bool `json:",omitempty"`
+	ColdProgress int  `json:",omitempty"`
+	// CappedChildren describes the daemon's children still running at the cap (e.g. its nft).
+	CappedChildren []string `json:",omitempty"`
+	// ColdAfterCap is exec → the commit that completed the cold sync, when what the daemon left running
+	// at the cap (it is stopped there) committed it within another cap; 0 otherwise.
+	ColdAfterCap time.Duration `json:",omitempty"`
 	// ColdCommits counts the transactions up to the complete one.
 	ColdCommits int
 	// ColdCPU is the daemon's CPU time (and its children's) from exec to the complete transaction.
@@ -62,20 +88,25 @@ type PhaseResult struct {
 	Latencies []time.Duration
 	// Early counts changes in the kernel before the API write had returned (counted as 0).
 	Early int
-	// RulesPerChange and CommitsPerChange count the rules added or deleted and the transactions
-	// committed from each change's API write to the next one's.
+	// RulesPerChange, ElemsPerChange and CommitsPerChange count the rules and the set or map elements
+	// added or deleted and the transactions committed from each change's API write to the next one's.
 	RulesPerChange, CommitsPerChange []int
+	ElemsPerChange                   []int `json:",omitempty"`
 	// LoopCPU is the daemon's CPU time over the change loop, LoopWall its duration.
 	LoopCPU  cpuTimes
 	LoopWall time.Duration
 	Changes  int
-	// ServicesRules is the length of the nat KUBE-SERVICES chain after the cold sync.
+	// ServicesRules is the length of the nat KUBE-SERVICES chain after the cold sync (mode nftables: the
+	// number of TCP elements of the service-ips map).
 	ServicesRules int
 	// DataPlane holds the new-connection measurements (config mode only), by target.
 	DataPlane map[string]DataPlaneResult
 	// DataPlaneMoved is set when the nat table's order changed while the connections were made, so the
 	// rules-walked counts are not exact.
 	DataPlaneMoved bool
+	// RestoreUnseen is set when the monitor did not see the changed Services back at their original
+	// endpoints before the data plane, though the kernel then showed them so.
+	RestoreUnseen bool `json:",omitempty"`
 	// MonitorLost counts the observer's socket overflows (each followed by a re-read of the kernel).
 	MonitorLost int
 }
@@ -96,6 +127,8 @@ const (
 	dpLast    = "last-created Service"
 	dpDeepest = "deepest Service (most rules walked)"
 	dpPod     = "an endpoint's pod IP (no Service)"
+	// dpBare is mode nftables' in-loop floor: a pod IP through another node, with no rules at all.
+	dpBare = "a pod IP through a node with no rules (same rounds)"
 )
 
 var dpTargets = []string{dpFirst, dpLast, dpDeepest, dpPod}
@@ -109,16 +142,49 @@ type RunResult struct {
 	Objects int
 	Phases  []PhaseResult
 	Floors  Floors
+	// NFTFloors are the floors of mode nftables (nil when not measured).
+	NFTFloors *NFTFloors `json:",omitempty"`
 }
 
-// phase returns the result of impl in mode, or nil.
+// phase returns the result of impl in mode of the proxy mode the run holds (see only), or nil; a run
+// skipped counts as none.
 func (r *RunResult) phase(impl, mode string) *PhaseResult {
 	for i := range r.Phases {
-		if r.Phases[i].Impl == impl && r.Phases[i].Mode == mode {
-			return &r.Phases[i]
+		if p := &r.Phases[i]; p.Impl == impl && p.Mode == mode && !p.Skipped {
+			return p
 		}
 	}
 	return nil
+}
+
+// phaseOf returns the result of impl in mode and proxy mode proxy, or nil.
+func (r *RunResult) phaseOf(proxy, impl, mode string) *PhaseResult {
+	for i := range r.Phases {
+		if p := &r.Phases[i]; p.proxy() == proxy && p.Impl == impl && p.Mode == mode {
+			return p
+		}
+	}
+	return nil
+}
+
+// proxy returns the proxy mode of the result.
+func (p *PhaseResult) proxy() string {
+	if p.Proxy == "" {
+		return proxyIPTables
+	}
+	return p.Proxy
+}
+
+// only returns a copy of r holding the results of one proxy mode, and whether there are any.
+func (r *RunResult) only(proxy string) (RunResult, bool) {
+	c := *r
+	c.Phases = nil
+	for _, p := range r.Phases {
+		if p.proxy() == proxy {
+			c.Phases = append(c.Phases, p)
+		}
+	}
+	return c, len(c.Phases) > 0
 }
 
 // Floors are what the kernel (iptables-nft-restore --noflush) minimally takes for the same work, timed in
@@ -143,7 +209,23 @@ type Floors struct {
 	Connect *DataPlaneResult `json:",omitempty"`
 }
 
-// FloorSample is one timed restore: exec → last commit, and exec → exit.
+// NFTFloors are what nft minimally takes for the work of mode nftables, in a fresh namespace with no
+// daemon running and the monitor listening, in the same run as the daemons.
+type NFTFloors struct {
+	// Source is the implementation whose `nft list table ip kube-proxy` (after its cold sync) was loaded.
+	Source string
+	// Whole is that listing loaded by one `nft -f` into the empty namespace.
+	Whole FloorSample
+	// LoadCapped is set (to the cap) when that load did not finish within -cold-cap: it was given up, and
+	// Whole and Change are empty.
+	LoadCapped time.Duration `json:",omitempty"`
+	// Change is one Service's endpoint change over that table, as upstream's writer words it (the
+	// Service's chain added and flushed, its DNAT rule added with the new endpoints), by `nft -f`: every
+	// sample, additions and removals alternating.
+	Change []FloorSample
+}
+
+// FloorSample is one timed restore (or nft -f): exec → last commit, and exec → exit.
 type FloorSample struct {
 	Commit, Wall time.Duration
 }

@@ -34,9 +34,13 @@ func run(ctx context.Context, o options) error {
 	if os.Geteuid() != 0 {
 		return errors.New("run as root: the benchmark creates network namespaces (it never touches the host's own rules)")
 	}
-	for _, tool := range []string{"ip", restoreTool, saveTool, "iptables-nft"} {
+	tools := []string{"ip", restoreTool, saveTool, "iptables-nft"}
+	if slices.Contains(o.Modes, proxyNFTables) {
+		tools = append(tools, "nft")
+	}
+	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("%s not found: install iptables and iproute2 (make deps)", tool)
+			return fmt.Errorf("%s not found: install iptables, nftables and iproute2 (make deps)", tool)
 		}
 	}
 	if removed, err := harness.RemoveStaleNetNS(); err == nil && len(removed) > 0 {
@@ -143,34 +147,53 @@ func (b *bench) runM(ctx context.Context, m int) error {
 	return nil
 }
 
-// runOne is one repetition: each implementation, config mode then flags mode, one at a time; the order
-// of the implementations alternates between runs. Then the kernel floors.
+// runOne is one repetition: for each proxy mode, each implementation, config mode then flags mode, one
+// at a time (the order of the implementations alternates between runs), then that mode's kernel floors;
+// last the data plane's floor.
 func (b *bench) runOne(ctx context.Context, w *workload, res *RunResult) error {
 	order := slices.Clone(b.o.Impls)
 	if res.Run%2 == 0 {
 		slices.Reverse(order)
 	}
-	saved := map[string]string{}
-	for _, impl := range order {
-		for _, mode := range []string{modeConfig, modeFlags} {
-			logf("N=%d M=%d run %d/%d: %s, %s", res.N, res.M, res.Run, b.o.Runs, impl, modeLabel(mode))
-			pr, text, err := b.phase(ctx, w, res, impl, mode)
-			if err != nil {
-				return fmt.Errorf("%s (%s): %w", impl, modeLabel(mode), err)
-			}
-			res.Phases = append(res.Phases, pr)
-			if mode == modeConfig {
-				saved[impl] = text
+	for _, proxy := range b.o.Modes {
+		saved := map[string]string{}
+		for _, impl := range order {
+			for _, mode := range []string{modeConfig, modeFlags} {
+				if c := res.phaseOf(proxy, impl, modeConfig); mode == modeFlags && c != nil && c.ColdCapped {
+					logf("N=%d M=%d run %d/%d: mode %s, %s, %s: not run, the config file's cold start did not finish either",
+						res.N, res.M, res.Run, b.o.Runs, proxy, impl, modeLabel(mode))
+					res.Phases = append(res.Phases, PhaseResult{Impl: impl, Mode: mode, Proxy: proxy, Skipped: true})
+					continue
+				}
+				logf("N=%d M=%d run %d/%d: mode %s, %s, %s", res.N, res.M, res.Run, b.o.Runs, proxy, impl, modeLabel(mode))
+				pr, text, err := b.phase(ctx, w, res, proxy, impl, mode)
+				if err != nil {
+					return fmt.Errorf("mode %s, %s (%s): %w", proxy, impl, modeLabel(mode), err)
+				}
+				res.Phases = append(res.Phases, pr)
+				if mode == modeConfig && text != "" {
+					saved[impl] = text
+				}
 			}
 		}
-	}
-	if b.o.FloorReps > 0 {
+		if b.o.FloorReps == 0 {
+			continue
+		}
 		mid := w.svcs[res.N/2]
-		f, err := measureFloors(saved, mid, b.o.FloorReps, b.o.Quiesce, logf)
-		if err != nil {
-			return fmt.Errorf("kernel floors: %w", err)
+		switch proxy {
+		case proxyIPTables:
+			f, err := measureFloors(saved, mid, b.o.FloorReps, b.o.Quiesce, logf)
+			if err != nil {
+				return fmt.Errorf("kernel floors: %w", err)
+			}
+			res.Floors = f
+		case proxyNFTables:
+			f, err := measureNFTFloors(saved, mid, b.o.FloorReps, b.o.Quiesce, b.o.ColdCap)
+			if err != nil {
+				return fmt.Errorf("kernel floors of mode nftables: %w", err)
+			}
+			res.NFTFloors = f
 		}
-		res.Floors = f
 	}
 	if b.o.FloorReps > 0 && b.o.Connects > 0 {
 		c, err := b.connectFloor(ctx)
@@ -186,18 +209,12 @@ func (b *bench) runOne(ctx context.Context, w *workload, res *RunResult) error {
 // no rules at all: what a new connection costs on this host before any kube-proxy is involved.
 func (b *bench) connectFloor(ctx context.Context) (DataPlaneResult, error) {
 	quiesce(b.o.Quiesce)
-	topo, err := harness.NewTopology(ctx, 1)
+	topo, err := b.bareNode(ctx)
 	if err != nil {
 		return DataPlaneResult{}, err
 	}
 	defer func() { _ = topo.Close() }()
-	if err := b.wireSink(ctx, topo); err != nil {
-		return DataPlaneResult{}, err
-	}
-	addr := netip.AddrPortFrom(netip.MustParseAddr(origEndpoint(0)), podPort)
-	if hits, err := harness.Hit(ctx, topo.Client, "tcp", addr.String(), 3); err != nil || hits["pod1"] != 3 {
-		return DataPlaneResult{}, fmt.Errorf("%v does not answer through a bare node: %v %s", addr, err, harness.FormatHits(hits))
-	}
+	addr := podAddr()
 	times, failed, err := connectTimes(topo.Client, []netip.AddrPort{addr}, b.o.Connects, 20)
 	if err != nil {
 		return DataPlaneResult{}, err
@@ -207,6 +224,25 @@ func (b *bench) connectFloor(ctx context.Context) (DataPlaneResult, error) {
 	logf("floor: new connections to a pod IP through a node with no rules: p50 %v p90 %v, %d failed",
 		r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.Fail)
 	return r, nil
+}
+
+// bareNode makes a topology whose node has no rules at all, its pod serving the sinkRange, and checks
+// that a pod IP answers through it. Close it when done.
+func (b *bench) bareNode(ctx context.Context) (*harness.Topology, error) {
+	topo, err := harness.NewTopology(ctx, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.wireSink(ctx, topo); err != nil {
+		_ = topo.Close()
+		return nil, err
+	}
+	addr := podAddr()
+	if hits, err := harness.Hit(ctx, topo.Client, "tcp", addr.String(), 3); err != nil || hits["pod1"] != 3 {
+		_ = topo.Close()
+		return nil, fmt.Errorf("%v does not answer through a bare node: %v %s", addr, err, harness.FormatHits(hits))
+	}
+	return topo, nil
 }
 
 // node is one fresh node namespace (with its pod and client namespaces), the apiserver bridged into it and
@@ -268,16 +304,19 @@ func (nd *node) close() error {
 	return nd.topo.Close()
 }
 
-// phase runs impl in mode in a fresh node namespace: cold start, settle, the change loop, the data plane
-// (config mode), and returns its measurements and what iptables-save printed after the cold sync.
-func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mode string) (pr PhaseResult, saved string, err error) {
-	pr = PhaseResult{Impl: impl, Mode: mode}
+// phase runs impl in proxy mode proxy, configured as mode says, in a fresh node namespace: cold start,
+// settle, the change loop, the data plane (config mode), and returns its measurements and the rules
+// after the cold sync (iptables-save, or nft list table ip kube-proxy). A cold start of mode nftables
+// that does not finish within the cap ends the run there, with what it had reached.
+func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, proxy, impl, mode string) (pr PhaseResult, saved string, err error) {
+	pr = PhaseResult{Impl: impl, Mode: mode, Proxy: proxy}
 	n, m := res.N, res.M
+	dl := dialectOf(proxy)
 	setup := time.Now()
 	if waited, busy := quiesce(b.o.Quiesce); waited > time.Second {
 		logf("  waited %v for the host to quiet down (last %.0f%% busy)", waited.Round(100*time.Millisecond), 100*busy)
 	}
-	dir := filepath.Join(b.outdir, fmt.Sprintf("n%d-m%d-run%d-%s-%s", n, m, res.Run, impl, mode))
+	dir := filepath.Join(b.outdir, fmt.Sprintf("n%d-m%d-run%d-%s-%s-%s", n, m, res.Run, proxy, impl, mode))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return pr, "", err
 	}
@@ -291,20 +330,10 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 		}
 	}()
 	logf("  node namespace ready in %v", time.Since(setup).Round(time.Millisecond))
-	chains := make([]string, n)
-	for i := range chains {
-		chains[i] = w.svcs[i].Chain
-	}
+	svcs := w.svcs[:n]
 	// 1. Cold start.
-	cold := nd.mon.Watch(func(v View) bool {
-		for _, c := range chains {
-			if v.SEPs(c) != m {
-				return false
-			}
-		}
-		return v.Reaches("PREROUTING", chains)
-	})
-	d, err := launch(impl, b.bins[impl], mode, nd.topo.Node, nd.kubeconfig, dir, []string{nd.xt.Env()}, b.o.Profile)
+	cold := nd.mon.Watch(dl.cold(svcs))
+	d, err := launch(impl, b.bins[impl], proxy, mode, nd.topo.Node, nd.kubeconfig, dir, []string{nd.xt.Env()}, b.o.Profile)
 	if err != nil {
 		return pr, "", err
 	}
@@ -313,21 +342,26 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 		if !b.o.Profile {
 			return nil
 		}
-		return b.profile(ctx, d, filepath.Join(b.outdir, fmt.Sprintf("%s-n%d-m%d-run%d-%s.pprof", impl, n, m, res.Run, what)))
+		return b.profile(ctx, d, filepath.Join(b.outdir, fmt.Sprintf("%s-%s-n%d-m%d-run%d-%s.pprof", proxy, impl, n, m, res.Run, what)))
 	}
 	var coldProfile chan error
 	if mode == modeConfig {
 		coldProfile = profile("cold")
 	}
-	if err := b.coldStart(ctx, nd.mon, d, cold, n, &pr); err != nil {
-		return pr, "", err
+	var capAt time.Duration
+	if proxy == proxyNFTables {
+		capAt = b.o.ColdCap
+	}
+	if err := b.coldStart(ctx, nd.mon, d, cold, n, &pr, capAt); err != nil {
+		if !errors.Is(err, errNotInTime) || capAt == 0 {
+			return pr, "", err
+		}
+		return b.capped(nd, d, dl, svcs, cold, pr)
 	}
 	settled := time.Now().Add(b.o.Settle)
-	saved, costs, err := checkRules(nd.topo.Node, dir, mode, chains, w)
-	if err != nil {
+	if saved, pr.ServicesRules, err = dl.verify(nd.topo.Node, dir, mode, svcs); err != nil {
 		return pr, "", err
 	}
-	pr.ServicesRules = costs["#KUBE-SERVICES"]
 	if err := wait(coldProfile); err != nil {
 		return pr, "", err
 	}
@@ -341,7 +375,7 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 	if mode == modeFlags {
 		loopProfile = profile("changes")
 	}
-	touched, err := b.changeLoop(ctx, w, nd.mon, d, res, &pr)
+	touched, err := b.changeLoop(ctx, w, dl, nd.mon, d, res, &pr)
 	if err != nil {
 		return pr, saved, err
 	}
@@ -354,7 +388,7 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 	}
 	if b.o.Profile {
 		// The heap after the changes: the profile and, in its text form, the runtime's memory statistics.
-		base := filepath.Join(b.outdir, fmt.Sprintf("%s-n%d-m%d-run%d-%s-heap", impl, n, m, res.Run, mode))
+		base := filepath.Join(b.outdir, fmt.Sprintf("%s-%s-n%d-m%d-run%d-%s-heap", proxy, impl, n, m, res.Run, mode))
 		for what, path := range map[string]string{"heap": base + ".pprof", "heap?debug=1": base + ".txt"} {
 			if err := d.fetchPprof(ctx, what, 0, path); err != nil {
 				return pr, saved, fmt.Errorf("heap profile of %s: %w", impl, err)
@@ -368,7 +402,7 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 		return pr, saved, err
 	}
 	if mode == modeConfig && b.o.Connects > 0 {
-		if pr.DataPlane, pr.DataPlaneMoved, err = b.dataPlane(ctx, w, nd.mon, d, nd.topo, n, touched); err != nil {
+		if err := b.dataPlane(ctx, w, dl, nd.mon, d, nd.topo, n, touched, &pr); err != nil {
 			return pr, saved, err
 		}
 	}
@@ -379,14 +413,22 @@ func (b *bench) phase(ctx context.Context, w *workload, res *RunResult, impl, mo
 	return pr, saved, nil
 }
 
-// coldStart waits for the cold sync (the cold channel from the monitor) and records it in pr.
-func (b *bench) coldStart(ctx context.Context, mon *Monitor, d *daemon, cold <-chan Gen, n int, pr *PhaseResult) error {
-	g, err := waitGen(ctx, mon, cold, d, b.o.ColdTimeout, fmt.Sprintf("all %d Services", n))
+// coldStart waits for the cold sync (the cold channel from the monitor) and records it in pr. A capAt
+// shorter than the cold-start timeout waits that long only (the error is then errNotInTime).
+func (b *bench) coldStart(ctx context.Context, mon *Monitor, d *daemon, cold <-chan Gen, n int, pr *PhaseResult, capAt time.Duration) error {
+	timeout := b.o.ColdTimeout
+	if capAt > 0 && capAt < timeout {
+		timeout = capAt
+	}
+	g, err := waitGen(ctx, mon, cold, d, timeout, fmt.Sprintf("all %d Services", n))
 	if err != nil {
 		return err
 	}
-	// The committing iptables-restore's CPU time counts for the daemon once it has reaped it.
-	waitReaped(g.PID, 10*time.Second)
+	// The committing iptables-restore's (or nft's) CPU time counts for the daemon once it has reaped it;
+	// a daemon writing over netlink itself commits as one of its own threads.
+	if !threadOf(g.PID, d.proc.PID()) {
+		waitReaped(g.PID, 10*time.Second)
+	}
 	if pr.ColdCPU, err = readCPU(d.proc.PID()); err != nil {
 		return err
 	}
@@ -405,10 +447,56 @@ func (b *bench) coldStart(ctx context.Context, mon *Monitor, d *daemon, cold <-c
 	return nil
 }
 
+// capped records a cold start that did not finish within the cap: the time it had run, the Services
+// whose rules were complete, the transactions, CPU and memory until then, the children still running.
+// The run ends there: the daemon is stopped, and what it left running in the node namespace (an nft
+// still writing the cold sync's transaction) is waited for, at most another cap, so that it does not
+// load the host during the next measurement; if that transaction commits meanwhile, when is recorded.
+func (b *bench) capped(nd *node, d *daemon, dl dialect, svcs []*service, cold <-chan Gen, pr PhaseResult) (PhaseResult, string, error) {
+	mon := nd.mon
+	var err error
+	pr.ColdCapped = true
+	pr.Cold = time.Since(d.start)
+	mon.Check(func(v View) bool { pr.ColdProgress = dl.programmed(v, svcs); return true })
+	pr.ColdCommits = len(mon.GensSince(d.start))
+	if pr.ColdCPU, err = readCPU(d.proc.PID()); err != nil {
+		return pr, "", err
+	}
+	if pr.MemCold, err = readMemory(d.proc.PID()); err != nil {
+		return pr, "", err
+	}
+	pr.MonitorLost = mon.Lost()
+	for _, c := range harness.Children(d.proc.PID()) {
+		if cpu, err := readCPU(c.PID); err == nil {
+			pr.CappedChildren = append(pr.CappedChildren, fmt.Sprintf("`%s` (CPU %s so far)", strings.Join(c.Args, " "),
+				formatValue(cpu.Self.Seconds(), unitSeconds)))
+		}
+	}
+	logf("  cold start not finished after %s: %d of %d Services in the kernel, %d commits; CPU %v + children %v; running children: %v",
+		formatValue(pr.Cold.Seconds(), unitSeconds), pr.ColdProgress, len(svcs), pr.ColdCommits,
+		pr.ColdCPU.Self.Round(10*time.Millisecond), pr.ColdCPU.Children.Round(10*time.Millisecond), pr.CappedChildren)
+	if err := d.alive(); err != nil {
+		return pr, "", err
+	}
+	d.stop()
+	for deadline := time.Now().Add(b.o.ColdCap); time.Now().Before(deadline); {
+		select {
+		case g := <-cold:
+			pr.ColdAfterCap = g.Time.Sub(d.start)
+			logf("  the cold sync's transaction committed %s after exec, the daemon stopped", formatValue(pr.ColdAfterCap.Seconds(), unitSeconds))
+		case <-time.After(time.Second):
+		}
+		if pids, err := nd.topo.Node.PIDs(); err == nil && len(pids) == 0 {
+			break
+		}
+	}
+	return pr, "", nil
+}
+
 // checkRules saves every table of ns (kept gzipped in dir in config mode) and checks, as the monitor did,
 // that every Service's chain is reachable from KUBE-SERVICES. It returns the save and the rules walked
 // before each reachable chain (see chainCosts), plus "#KUBE-SERVICES": the length of that chain.
-func checkRules(ns *harness.NetNS, dir, mode string, chains []string, w *workload) (string, map[string]int, error) {
+func checkRules(ns *harness.NetNS, dir, mode string, chains []string, svcs []*service) (string, map[string]int, error) {
 	saved, err := save(ns, "")
 	if err != nil {
 		return "", nil, err
@@ -425,7 +513,7 @@ func checkRules(ns *harness.NetNS, dir, mode string, chains []string, w *workloa
 	costs := chainCosts(nat)
 	for i, c := range chains {
 		if _, ok := costs[c]; !ok {
-			return "", nil, fmt.Errorf("%s of Service %s is not reachable from KUBE-SERVICES after the cold sync", c, w.svcs[i].Name)
+			return "", nil, fmt.Errorf("%s of Service %s is not reachable from KUBE-SERVICES after the cold sync", c, svcs[i].Name)
 		}
 	}
 	costs["#KUBE-SERVICES"] = len(rulesByChain(nat)["KUBE-SERVICES"])
@@ -454,6 +542,9 @@ func (b *bench) wireSink(ctx context.Context, topo *harness.Topology) error {
 	return err
 }
 
+// errNotInTime is waitGen's error when the timeout passed first.
+var errNotInTime = errors.New("not in the kernel in time")
+
 // waitGen waits for a watched transaction, the daemon's exit, or timeout.
 func waitGen(ctx context.Context, mon *Monitor, ch <-chan Gen, d *daemon, timeout time.Duration, what string) (Gen, error) {
 	t := time.NewTimer(timeout)
@@ -466,7 +557,7 @@ func waitGen(ctx context.Context, mon *Monitor, ch <-chan Gen, d *daemon, timeou
 	case <-mon.stopped:
 		return Gen{}, fmt.Errorf("nf_tables monitor stopped: %v", mon.readErr)
 	case <-t.C:
-		return Gen{}, fmt.Errorf("%s not in the kernel within %v; %s log tail:\n%s", what, timeout, d.impl, d.proc.LogTail(20))
+		return Gen{}, fmt.Errorf("%s %w (%v); %s log tail:\n%s", what, errNotInTime, timeout, d.impl, d.proc.LogTail(20))
 	case <-ctx.Done():
 		return Gen{}, ctx.Err()
 	}
@@ -476,7 +567,7 @@ func waitGen(ctx context.Context, mon *Monitor, ch <-chan Gen, d *daemon, timeou
 // removing one of another random Service's endpoints, each time waiting until the kernel has it plus a
 // gap. The sequence depends only on the seed, N, M and the run, so every implementation gets the same
 // one. It returns the Services it touched.
-func (b *bench) changeLoop(ctx context.Context, w *workload, mon *Monitor, d *daemon, res *RunResult, pr *PhaseResult) (map[int]bool, error) {
+func (b *bench) changeLoop(ctx context.Context, w *workload, dl dialect, mon *Monitor, d *daemon, res *RunResult, pr *PhaseResult) (map[int]bool, error) {
 	n := res.N
 	rng := rand.New(rand.NewPCG(b.o.Seed, uint64(n)<<20|uint64(res.M)<<8|uint64(res.Run)))
 	jitter := rand.New(rand.NewPCG(b.o.Seed, 1))
@@ -487,7 +578,8 @@ func (b *bench) changeLoop(ctx context.Context, w *workload, mon *Monitor, d *da
 		return nil, err
 	}
 	start := time.Now()
-	for k := range b.o.Changes {
+	changes := b.o.changesFor(pr.proxy())
+	for k := range changes {
 		i := rng.IntN(n)
 		for touched[i] && len(touched) < n {
 			i = rng.IntN(n)
@@ -505,9 +597,8 @@ func (b *bench) changeLoop(ctx context.Context, w *workload, mon *Monitor, d *da
 			ep = hostPort(ips[j], podPort)
 			ips = slices.Delete(ips, j, j+1)
 		}
-		sep := sepChain(benchNS, s.Name, portName, ep)
-		landed := func(v View) bool { return v.Jumps(s.Chain, sep) == added }
-		if err := mon.Reload(s.Chain); err != nil {
+		landed := dl.landed(s, ips, ep, added)
+		if err := dl.reload(mon, s); err != nil {
 			return nil, err
 		}
 		if mon.Check(landed) {
@@ -541,103 +632,113 @@ func (b *bench) changeLoop(ctx context.Context, w *workload, mon *Monitor, d *da
 		return nil, err
 	}
 	pr.LoopCPU, pr.LoopWall = cpu1.Sub(cpu0), end.Sub(start)
-	pr.Changes = b.o.Changes
+	pr.Changes = changes
 	issued = append(issued, end)
 	gens := mon.GensSince(issued[0])
 	for k := 0; k+1 < len(issued); k++ {
-		rules, commits := 0, 0
+		rules, elems, commits := 0, 0, 0
 		for _, g := range gens {
 			if !g.Time.Before(issued[k]) && g.Time.Before(issued[k+1]) {
 				rules += g.Rules
+				elems += g.Elems
 				commits++
 			}
 		}
 		pr.RulesPerChange = append(pr.RulesPerChange, rules)
+		pr.ElemsPerChange = append(pr.ElemsPerChange, elems)
 		pr.CommitsPerChange = append(pr.CommitsPerChange, commits)
 	}
 	logf("  %d changes: p50 %v p99 %v (CPU %v/change, %d rules written/change)", len(pr.Latencies),
 		percentile(pr.Latencies, 0.5).Round(time.Millisecond), percentile(pr.Latencies, 0.99).Round(time.Millisecond),
-		(pr.LoopCPU.Total() / time.Duration(max(1, b.o.Changes))).Round(time.Millisecond), medianInt(pr.RulesPerChange))
+		(pr.LoopCPU.Total() / time.Duration(max(1, changes))).Round(time.Millisecond), medianInt(pr.RulesPerChange))
 	return touched, nil
 }
 
 // dataPlane waits until the Services the change loop touched are back in the kernel, reads where every
-// Service sits in the nat table now (upstream rewrites KUBE-SERVICES in a new order at every sync), then
-// times new connections from the client namespace to each target.
-func (b *bench) dataPlane(ctx context.Context, w *workload, mon *Monitor, d *daemon, topo *harness.Topology, n int, touched map[int]bool) (map[string]DataPlaneResult, bool, error) {
-	restored := func(v View) bool {
-		for i := range touched {
-			if v.SEPs(w.svcs[i].Chain) != len(w.svcs[i].Endpoints) {
-				return false
-			}
-		}
-		return true
+// Service sits in the nat table now (mode iptables: upstream rewrites KUBE-SERVICES in a new order at
+// every sync), then times new connections from the client namespace to each target, into pr.
+func (b *bench) dataPlane(ctx context.Context, w *workload, dl dialect, mon *Monitor, d *daemon, topo *harness.Topology, n int, touched map[int]bool, pr *PhaseResult) error {
+	var back []*service
+	for i := range touched {
+		back = append(back, w.svcs[i])
 	}
+	restored := dl.restored(back)
 	ch := mon.Watch(restored)
-	if err := mon.Reload(""); err != nil {
-		return nil, false, err
+	if err := dl.reload(mon, back...); err != nil {
+		return err
 	}
 	if !mon.Check(restored) {
 		if _, err := waitGen(ctx, mon, ch, d, b.o.ChangeTimeout, "the changed Services' original endpoints"); err != nil {
-			return nil, false, err
+			// Before failing, read the kernel again: the notifications may have misled the model.
+			if !errors.Is(err, errNotInTime) {
+				return err
+			}
+			if rerr := dl.reload(mon, back...); rerr != nil {
+				return fmt.Errorf("%w; re-reading the kernel: %v", err, rerr)
+			}
+			var done int
+			mon.Check(func(v View) bool { done = dl.programmed(v, back); return true })
+			if done < len(back) {
+				return fmt.Errorf("%d of %d Services restored as the kernel shows them: %w", done, len(back), err)
+			}
+			logf("  warning: the monitor did not see the changed Services restored, but the kernel shows them so")
+			pr.RestoreUnseen = true
 		}
 	}
 	time.Sleep(time.Second) // let the daemon finish what the restoring writes started (e.g. the other family)
-	costs, err := natCosts(topo.Node)
+	targets, costs, err := dl.targets(topo.Node, w.svcs[:n])
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	first, last := w.svcs[0], w.svcs[n-1]
-	deepest := first
-	for _, s := range w.svcs[:n] {
-		if costs[s.Chain] >= costs[deepest.Chain] {
-			deepest = s
-		}
+	for i := range targets {
+		targets[i].from = topo.Client
 	}
-	targets := map[string]struct {
-		addr  netip.AddrPort
-		chain string
-	}{
-		dpFirst:   {netip.AddrPortFrom(netip.MustParseAddr(first.ClusterIP), svcPort), first.Chain},
-		dpLast:    {netip.AddrPortFrom(netip.MustParseAddr(last.ClusterIP), svcPort), last.Chain},
-		dpDeepest: {netip.AddrPortFrom(netip.MustParseAddr(deepest.ClusterIP), svcPort), deepest.Chain},
-		dpPod:     {netip.AddrPortFrom(netip.MustParseAddr(origEndpoint(0)), podPort), "#KUBE-SERVICES"},
-	}
-	var addrs []netip.AddrPort
-	for _, name := range dpTargets {
-		t := targets[name]
-		hits, err := harness.Hit(ctx, topo.Client, "tcp", t.addr.String(), 3)
+	if dl.bareInLoop() {
+		bare, err := b.bareNode(ctx)
 		if err != nil {
-			return nil, false, err
+			return err
+		}
+		defer func() { _ = bare.Close() }()
+		targets = append(targets, dpTarget{name: dpBare, addr: podAddr(), from: bare.Client})
+	}
+	var conns []connTarget
+	for _, t := range targets {
+		hits, err := harness.Hit(ctx, t.from, "tcp", t.addr.String(), 3)
+		if err != nil {
+			return err
 		}
 		if hits["pod1"] != 3 {
-			return nil, false, fmt.Errorf("%s %v does not answer: %s", name, t.addr, harness.FormatHits(hits))
+			return fmt.Errorf("%s %v does not answer: %s", t.name, t.addr, harness.FormatHits(hits))
 		}
-		addrs = append(addrs, t.addr)
+		conns = append(conns, connTarget{t.from, t.addr})
 	}
-	times, failed, err := connectTimes(topo.Client, addrs, b.o.Connects, 20)
+	times, failed, err := connectRounds(conns, b.o.Connects, 20)
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	after, err := natCosts(topo.Node)
-	if err != nil {
-		return nil, false, err
+	var after map[string]int
+	if costs != nil {
+		if _, after, err = dl.targets(topo.Node, w.svcs[:n]); err != nil {
+			return err
+		}
 	}
-	out := map[string]DataPlaneResult{}
-	moved := false
-	for i, name := range dpTargets {
-		t := targets[name]
-		moved = moved || after[t.chain] != costs[t.chain]
+	pr.DataPlane = map[string]DataPlaneResult{}
+	for i, t := range targets {
+		pr.DataPlaneMoved = pr.DataPlaneMoved || after[t.chain] != costs[t.chain]
 		r := DataPlaneResult{Addr: t.addr.String(), RulesWalked: costs[t.chain], P50: percentile(times[i], 0.5),
 			P90: percentile(times[i], 0.9), Samples: len(times[i]), Fail: failed[i]}
-		out[name] = r
-		logf("  new connections to %s %s (%d rules walked): p50 %v p90 %v, %d failed", name, r.Addr, r.RulesWalked,
+		pr.DataPlane[t.name] = r
+		walked := ""
+		if costs != nil {
+			walked = fmt.Sprintf(" (%d rules walked)", r.RulesWalked)
+		}
+		logf("  new connections to %s %s%s: p50 %v p90 %v, %d failed", t.name, r.Addr, walked,
 			r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.Fail)
 	}
-	if moved {
+	if pr.DataPlaneMoved {
 		logf("  (the nat table was rewritten in another order during the measurement)")
 	}
-	return out, moved, nil
+	return nil
 }
 
 // natCosts saves the nat table of ns and returns chainCosts of it, plus "#KUBE-SERVICES", that chain's

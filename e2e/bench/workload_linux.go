@@ -41,6 +41,7 @@ type service struct {
 	Name      string
 	ClusterIP string
 	Chain     string // its KUBE-SVC chain
+	NFTChain  string // its chain in mode nftables
 	slice     *discoveryv1.EndpointSlice
 	// Endpoints are the original endpoint addresses ("ip:port"), sorted.
 	Endpoints []string
@@ -142,7 +143,8 @@ func (w *workload) create(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("creating Service %s: %w", name, err)
 	}
-	s := &service{Name: name, ClusterIP: svc.Spec.ClusterIP, Chain: svcChain(benchNS, name, portName)}
+	s := &service{Name: name, ClusterIP: svc.Spec.ClusterIP, Chain: svcChain(benchNS, name, portName),
+		NFTChain: nftServiceChain(benchNS, name, portName)}
 	var ips []string
 	for j := range w.m {
 		ips = append(ips, origEndpoint(i*w.m+j))
