@@ -31,10 +31,10 @@ type Reconfigurer interface {
 	Reconfigure(cfg *config.KubeProxyConfiguration) error
 }
 
-// Watcher is implemented by dataplanes that notice their kernel state being removed behind their back
-// (a firewall reload flushing iptables, say); they call resync to ask for a full sync.
+// Watcher is implemented by dataplanes that watch their kernel state between syncs: they call sync to ask
+// for one, full when their state was removed behind their back (a firewall reload flushing iptables, say).
 type Watcher interface {
-	Watch(ctx context.Context, interval time.Duration, resync func())
+	Watch(ctx context.Context, interval time.Duration, sync func(full bool))
 }
 
 // Options configure a Proxy.
@@ -225,7 +225,7 @@ func (p *Proxy) Healthy() bool {
 func (p *Proxy) Loop(ctx context.Context) {
 	for _, d := range p.opts.Dataplanes {
 		if w, ok := d.Dataplane.(Watcher); ok {
-			go w.Watch(ctx, p.opts.SyncPeriod, func() { p.runner.Request(true) })
+			go w.Watch(ctx, p.opts.SyncPeriod, p.runner.Request)
 		}
 	}
 	p.runner.Loop(ctx)

@@ -72,8 +72,8 @@ func (s *syncNotifier) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 	return nil
 }
 
-func (s *syncNotifier) Watch(ctx context.Context, interval time.Duration, resync func()) {
+func (s *syncNotifier) Watch(ctx context.Context, interval time.Duration, sync func(full bool)) {
 	if w, ok := s.Dataplane.(proxy.Watcher); ok {
-		w.Watch(ctx, interval, resync)
+		w.Watch(ctx, interval, sync)
 	}
 }

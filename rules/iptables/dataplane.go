@@ -232,8 +232,8 @@ func (d *Dataplane) existingChains(ctx context.Context) (map[string][]string, er
 
 // Watch checks every interval that our canary chains and the jumps into KUBE-SERVICES and
 // KUBE-POSTROUTING are still there; when someone removed them (a firewall reload, `iptables -F`), it logs
-// once, counts it, and asks for a full sync through resync.
-func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, resync func()) {
+// once, counts it, and asks for a full sync through sync.
+func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, sync func(full bool)) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -255,7 +255,7 @@ func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, resync fu
 		}
 		d.checkMu.Unlock()
 		if removed {
-			resync()
+			sync(true)
 		}
 	}
 }

@@ -378,7 +378,7 @@ func TestDataplaneWatchRestoresRemovedRules(t *testing.T) {
 	}
 	var resyncs atomic.Int32
 	done := make(chan struct{})
-	go func() { dp.Watch(ctx, time.Millisecond, func() { resyncs.Add(1) }); close(done) }()
+	go func() { dp.Watch(ctx, time.Millisecond, func(bool) { resyncs.Add(1) }); close(done) }()
 
 	// A firewall reload flushes the nat table: the jumps from PREROUTING/OUTPUT go.
 	if _, err := k.ts.Run("-t", "nat", "-F"); err != nil {

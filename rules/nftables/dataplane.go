@@ -47,6 +47,11 @@ type Dataplane struct {
 	chunk      chunk
 	now        func() time.Time
 
+	// applyMu is held by Apply and by the watcher's check, so that they take turns.
+	applyMu sync.Mutex
+	// staleFlushed tells the watcher that a sync flushed chains, to be deleted staleAfter later.
+	staleFlushed chan struct{}
+
 	// mu guards what Reconfigure changes; Apply runs on the sync goroutine.
 	mu          sync.Mutex
 	cfg         Config
@@ -69,7 +74,7 @@ var (
 func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	return &Dataplane{
 		family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
-		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now,
+		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now, staleFlushed: make(chan struct{}, 1),
 		cfg: cfg, renderer: newRenderer(cfg), needRebuild: true,
 	}
 }
@@ -115,6 +120,8 @@ func (d *Dataplane) inputs(snap *proxy.Snapshot, cfg *Config) inputs {
 
 // Apply makes the kernel's table match snap.
 func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
+	d.applyMu.Lock()
+	defer d.applyMu.Unlock()
 	d.mu.Lock()
 	cfg, r := d.cfg, d.renderer
 	rebuild, diffAll := d.needRebuild || d.m == nil, d.diffAll
@@ -172,6 +179,12 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 	}
 	next.commit(p, now)
+	if p.flushedStale() {
+		select {
+		case d.staleFlushed <- struct{}{}:
+		default:
+		}
+	}
 	klog.V(4).InfoS("nftables sync done", "ipFamily", d.family, "rebuild", rebuild, "transactions", len(p.txs),
 		"chainsWritten", p.rewritten, "elapsed", time.Since(start))
 

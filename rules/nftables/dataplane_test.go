@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -175,5 +176,39 @@ func TestPeriodicSyncRepairs(t *testing.T) {
 				t.Errorf("not repaired (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestStaleChainsAskForASync checks that once a sync flushed the chains of a removed Service, the watcher
+// asks for another sync after the delay, which deletes them even when nothing else changes.
+func TestStaleChainsAskForASync(t *testing.T) {
+	st := steps()
+	d, k := testDataplane(testConfig(v4, "10.244.0.0/16"))
+	apply(t, d, st[0], true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	syncs := make(chan bool, 4)
+	go d.Watch(ctx, time.Minute, func(full bool) { syncs <- full })
+	gone := derive(st[0], []proxy.ServicePortName{spn("ns/web", "http", v1.ProtocolTCP)})
+	apply(t, d, gone, false)
+	chain := prefixService + serviceBase(spn("ns/web", "http", v1.ProtocolTCP))
+	if !strings.Contains(dump(k), chain) {
+		t.Fatalf("the flushed chain %s is already gone", chain)
+	}
+	start := time.Now()
+	select {
+	case full := <-syncs:
+		if full {
+			t.Fatal("asked for a full sync")
+		}
+		if waited := time.Since(start); waited < staleAfter {
+			t.Errorf("asked after %v, before the chains are due (%v)", waited, staleAfter)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for within 5 s")
+	}
+	apply(t, d, gone, false)
+	if strings.Contains(dump(k), chain) {
+		t.Errorf("the stale chain %s is still there", chain)
 	}
 }

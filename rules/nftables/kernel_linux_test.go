@@ -262,7 +262,11 @@ func TestWatchAndCheckRepair(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		d.Watch(ctx, time.Second, func() { resync <- struct{}{} })
+		d.Watch(ctx, time.Second, func(full bool) {
+			if full {
+				resync <- struct{}{}
+			}
+		})
 	}()
 	if _, err := ns.Exec(nil, "nft", "delete", "table", "ip", TableName); err != nil {
 		t.Fatal(err)

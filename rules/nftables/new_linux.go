@@ -144,43 +144,63 @@ func Cleanup(ctx context.Context) error {
 // watchInterval is how often the watcher checks that the table is still there.
 const watchInterval = 2 * time.Second
 
-// Watch checks every couple of seconds that the table exists: when someone deleted it (`nft flush
-// ruleset`, a firewall reload), it logs that, counts it and asks for a rewrite through resync, without
-// waiting for the periodic sync.
-func (d *Dataplane) Watch(ctx context.Context, _ time.Duration, resync func()) {
-	nk, ok := d.kernel.(*netlinkKernel)
-	if !ok {
-		return
-	}
-	c, err := gnft.New()
-	if err != nil {
-		klog.ErrorS(err, "Not watching the nftables table", "ipFamily", d.family)
-		return
+// Watch asks for a sync (partial) once chains flushed by a sync are due for deletion, as upstream deletes
+// them a second later even when nothing else changes. And it checks every couple of seconds that the
+// table exists: when someone deleted it (`nft flush ruleset`, a firewall reload), it logs that, counts it
+// and asks for a rewrite, without waiting for the periodic sync.
+func (d *Dataplane) Watch(ctx context.Context, _ time.Duration, sync func(full bool)) {
+	var lister *gnft.Conn
+	if _, ok := d.kernel.(*netlinkKernel); ok {
+		c, err := gnft.New()
+		if err != nil {
+			klog.ErrorS(err, "Not watching the nftables table", "ipFamily", d.family)
+		} else {
+			lister = c
+		}
 	}
 	tick := time.NewTicker(watchInterval)
 	defer tick.Stop()
+	var staleTimer <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.staleFlushed:
+			staleTimer = time.After(staleAfter + 50*time.Millisecond)
+			continue
+		case <-staleTimer:
+			staleTimer = nil
+			sync(false)
+			continue
 		case <-tick.C:
 		}
-		d.mu.Lock()
-		synced := !d.needRebuild
-		d.mu.Unlock()
-		if !synced {
-			continue
+		if lister != nil && d.tableDeleted(lister) {
+			sync(true)
 		}
-		if _, err := c.ListTableOfFamily(TableName, nk.table().Family); err == nil || !isNotFound(err) {
-			continue
-		}
-		d.mu.Lock()
-		d.needRebuild = true
-		d.mu.Unlock()
-		klog.InfoS("The nftables table was deleted behind our back; rewriting it", "ipFamily", d.family)
-		d.metrics.removedExternally.Inc()
-		resync()
 	}
+}
+
+// tableDeleted reports whether the table is gone while the dataplane believes it written; it then logs
+// and counts that once and makes the next sync a rebuild. It takes turns with Apply, so that the periodic
+// check and the watcher do not both count one deletion.
+func (d *Dataplane) tableDeleted(c *gnft.Conn) bool {
+	d.applyMu.Lock()
+	defer d.applyMu.Unlock()
+	d.mu.Lock()
+	synced := !d.needRebuild
+	d.mu.Unlock()
+	if !synced {
+		return false
+	}
+	if _, err := c.ListTableOfFamily(TableName, d.kernel.(*netlinkKernel).table().Family); err == nil || !isNotFound(err) {
+		return false
+	}
+	d.mu.Lock()
+	d.needRebuild = true
+	d.mu.Unlock()
+	klog.InfoS("The nftables table was deleted behind our back; rewriting it", "ipFamily", d.family)
+	d.metrics.removedExternally.Inc()
+	return true
 }
 
 func isNotFound(err error) bool {

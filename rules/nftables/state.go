@@ -124,6 +124,16 @@ func (m *mirror) commit(p *plan, now time.Time) {
 	}
 }
 
+// flushedStale reports whether the plan flushes chains that are to be deleted later.
+func (p *plan) flushedStale() bool {
+	for _, flushed := range p.stale {
+		if flushed {
+			return true
+		}
+	}
+	return false
+}
+
 // entry returns the plan's copy of an element entry, made from the mirror's on first use.
 func (p *plan) entry(m *mirror, ref elemRef) *elemEntry {
 	if e, ok := p.elems[ref]; ok {
