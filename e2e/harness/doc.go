@@ -6,6 +6,12 @@
 // connections and counts which pod answered (Hit), and supervises daemons under test (Process,
 // NotifySocket).
 //
+// A proxy mode's end-to-end suite builds on Bed (a topology, a namespace and a Node of the test's own,
+// Services and EndpointSlices written for it), keeps traffic flowing through changes (Traffic), checks
+// what every mode must make true (ExpectClusterIP, ExpectExternalTrafficPolicyLocal, ...), and reads the
+// kernel's rules: iptables-save (ParseSave) or nft listings (ParseNFT, NFTTable.Normalized, which
+// compares two listings of one table regardless of the order of its elements and blocks).
+//
 // Everything that touches the kernel happens inside network namespaces the harness creates (names
 // start with "kpt-"); the root network namespace's rules, routes, addresses and sysctls are never
 // changed. Every process the harness starts is ended by PID.

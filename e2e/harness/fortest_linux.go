@@ -62,11 +62,17 @@ func RequireCluster(t testing.TB, tools ...string) {
 // A start costs a few seconds: packages with many tests should share one with Main + SharedCluster.
 func ForTest(t testing.TB) *Cluster {
 	t.Helper()
+	return ForTestWith(t, ClusterOptions{})
+}
+
+// ForTestWith is ForTest with options (a dual-stack cluster, say).
+func ForTestWith(t testing.TB, opts ClusterOptions) *Cluster {
+	t.Helper()
 	RequireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	start := time.Now()
-	c, err := StartCluster(ctx, t.TempDir())
+	c, err := StartClusterWith(ctx, t.TempDir(), opts)
 	if err != nil {
 		t.Fatalf("starting cluster: %v", err)
 	}

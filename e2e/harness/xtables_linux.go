@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
+	"time"
 )
 
 // The iptables backends, as the tools name them (iptables-nft, iptables-legacy).
@@ -158,5 +160,31 @@ func (s *SavedTable) RulesOf(chain string) []string {
 			out = append(out, r)
 		}
 	}
+	return out
+}
+
+// KubeChains lists the chains named KUBE-* of every table of both families in the backend, sorted, as
+// "IPv4/nat/KUBE-SERVICES" or "IPv6/filter/KUBE-FORWARD"; it fails t when iptables-save does.
+func (x *XTables) KubeChains(t testing.TB) []string {
+	t.Helper()
+	var out []string
+	for _, ipv6 := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := x.Save(ctx, ipv6, "")
+		cancel()
+		if err != nil {
+			t.Fatalf("iptables-save (%s): %v", x.Backend, err)
+		}
+		fam := "IPv4"
+		if ipv6 {
+			fam = "IPv6"
+		}
+		for table, tab := range ParseSave(s) {
+			for _, c := range tab.ChainNames("KUBE-") {
+				out = append(out, fam+"/"+table+"/"+c)
+			}
+		}
+	}
+	sort.Strings(out)
 	return out
 }

@@ -52,15 +52,15 @@ func othersChain(c string) bool {
 // backends and both families, and nothing else.
 func TestCleanup(t *testing.T) {
 	b := newBed(t, harness.BackendLegacy, 2)
-	web := b.createService(t, "web", func(s *corev1.Service) {
+	web := b.CreateService(t, "web", func(s *corev1.Service) {
 		s.Spec.Type = corev1.ServiceTypeLoadBalancer
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
 	})
-	b.setEndpoints(t, "web", readyEP(1), remoteEP(2))
-	b.createService(t, "empty", nil)
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.RemoteEndpoint(2))
+	b.CreateService(t, "empty", nil)
 	legacy := b.xt
-	nft := &harness.XTables{NS: b.topo.Node, Backend: harness.BackendNFT, LockFile: legacy.LockFile}
+	nft := &harness.XTables{NS: b.Topo.Node, Backend: harness.BackendNFT, LockFile: legacy.LockFile}
 	addKubeletChains(t, legacy)
 
 	d := b.start("")
@@ -77,7 +77,7 @@ func TestCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, xt := range []*harness.XTables{legacy, nft} {
-		chains := kubeChains(t, xt)
+		chains := xt.KubeChains(t)
 		want := "IPv4/nat/" + b.svcChain("KUBE-SVC", "web", "tcp")
 		if !slices.Contains(chains, want) {
 			t.Fatalf("before cleanup the %s backend lacks %s: %v", xt.Backend, want, chains)
@@ -92,13 +92,13 @@ func TestCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	out, err := b.topo.Node.RunEnv(ctx, []string{legacy.Env()}, bin, "--cleanup", "--v=2")
+	out, err := b.Topo.Node.RunEnv(ctx, []string{legacy.Env()}, bin, "--cleanup", "--v=2")
 	t.Logf("kube-proxy --cleanup (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
 		t.Fatalf("kube-proxy --cleanup: %v", err)
 	}
 	for _, xt := range []*harness.XTables{legacy, nft} {
-		for _, c := range kubeChains(t, xt) {
+		for _, c := range xt.KubeChains(t) {
 			if !othersChain(c) {
 				t.Errorf("%s backend: --cleanup left %s", xt.Backend, c)
 			}

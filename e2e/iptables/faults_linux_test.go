@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -37,11 +36,11 @@ func TestFlushedRulesRestored(t *testing.T) {
 
 func flushCases(t *testing.T, backend string) {
 	b := newBed(t, backend, 2)
-	web := b.createService(t, "web", nil)
-	b.setEndpoints(t, "web", readyEP(1), readyEP(2))
+	web := b.CreateService(t, "web", nil)
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
 	d := b.start("iptables:\n  syncPeriod: 2s\n  minSyncPeriod: 0s\n")
-	addr := hostPort(web.Spec.ClusterIP, svcTCP)
-	expectSpread(t, "before", hit(t, b.topo.Client, "tcp", addr, 30, harness.HitOptions{}), podNames(1, 2), nil)
+	addr := harness.HostPort(web.Spec.ClusterIP, svcTCP)
+	harness.ExpectSpread(t, "before", harness.HitForTest(t, b.Topo.Client, "tcp", addr, 30, harness.HitOptions{}), harness.PodNames(1, 2), nil)
 	svc := b.svcChain("KUBE-SVC", "web", "tcp")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -52,8 +51,8 @@ func flushCases(t *testing.T, backend string) {
 			t.Fatal(err)
 		}
 	}
-	b.createService(t, "aux", nil)
-	b.setEndpoints(t, "aux", readyEP(1))
+	b.CreateService(t, "aux", nil)
+	b.SetEndpoints(t, "aux", harness.ReadyEndpoint(1))
 	restoredAt := func(t *testing.T) time.Time {
 		t.Helper()
 		var at time.Time
@@ -78,7 +77,7 @@ func flushCases(t *testing.T, backend string) {
 		offsets := []time.Duration{300 * time.Millisecond, 900 * time.Millisecond, 1500 * time.Millisecond}
 		for i, off := range offsets {
 			if i == 1 {
-				b.setEndpoints(t, "aux", readyEP(2)) // and a partial sync in between
+				b.SetEndpoints(t, "aux", harness.ReadyEndpoint(2)) // and a partial sync in between
 			}
 			time.Sleep(time.Until(last.Add(off)))
 			ipt(t, "-t", "nat", "-F")
@@ -86,7 +85,7 @@ func flushCases(t *testing.T, backend string) {
 			last = restoredAt(t)
 			t.Logf("flush %v after the last repair restored %v after it", off, last.Sub(flushed).Round(time.Millisecond))
 		}
-		eventually(t, "every removal to be counted", 5*time.Second, func() (bool, string) {
+		harness.Eventually(t, "every removal to be counted", 5*time.Second, func() (bool, string) {
 			got := removedExternally(t, d)
 			want := before + float64(len(offsets)+1)
 			return got == want, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want %v", before, got, want)
@@ -114,7 +113,7 @@ func flushCases(t *testing.T, backend string) {
 			before := removedExternally(t, d)
 			c.flush(t)
 			flushed := time.Now()
-			eventually(t, "our rules back", 15*time.Second, func() (bool, string) {
+			harness.Eventually(t, "our rules back", 15*time.Second, func() (bool, string) {
 				nat := b.save(t, "nat")
 				if _, ok := nat.Chains[svc]; !ok {
 					return false, svc + " missing"
@@ -134,8 +133,8 @@ func flushCases(t *testing.T, backend string) {
 				}
 			}
 			expectNoDuplicates(t, backend+" after "+c.name, saveAll(t, b.xt))
-			expectSpread(t, "after "+c.name, hit(t, b.topo.Client, "tcp", addr, 30, harness.HitOptions{}), podNames(1, 2), nil)
-			eventually(t, "the removal to be counted", 5*time.Second, func() (bool, string) {
+			harness.ExpectSpread(t, "after "+c.name, harness.HitForTest(t, b.Topo.Client, "tcp", addr, 30, harness.HitOptions{}), harness.PodNames(1, 2), nil)
+			harness.Eventually(t, "the removal to be counted", 5*time.Second, func() (bool, string) {
 				got := removedExternally(t, d)
 				return got == before+1, fmt.Sprintf("kubeproxy_iptables_rules_removed_externally_total went from %v to %v, want +1", before, got)
 			})
@@ -145,7 +144,7 @@ func flushCases(t *testing.T, backend string) {
 
 func removedExternally(t testing.TB, d *harness.Daemon) float64 {
 	t.Helper()
-	v, found := metric(metrics(t, d), "kubeproxy_iptables_rules_removed_externally_total", `ip_family="IPv4"`)
+	v, found := d.Metric(t, "kubeproxy_iptables_rules_removed_externally_total", `ip_family="IPv4"`)
 	if !found {
 		t.Fatalf("no IPv4 kubeproxy_iptables_rules_removed_externally_total in /metrics")
 	}
@@ -185,8 +184,8 @@ func expectNoDuplicates(t *testing.T, label string, saves map[string]*harness.Sa
 func TestXtablesLockHeld(t *testing.T) {
 	harness.RequireCluster(t, "flock")
 	b := newBed(t, harness.BackendLegacy, 2)
-	b.createService(t, "web", nil)
-	b.setEndpoints(t, "web", readyEP(1))
+	b.CreateService(t, "web", nil)
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1))
 	d := b.start("")
 	flags := t.TempDir()
 	held, released := filepath.Join(flags, "held"), filepath.Join(flags, "released")
@@ -196,19 +195,19 @@ func TestXtablesLockHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proc.Stop(syscall.SIGTERM, 5*time.Second) })
-	eventually(t, "the lock to be held", 10*time.Second, func() (bool, string) {
+	harness.Eventually(t, "the lock to be held", 10*time.Second, func() (bool, string) {
 		_, err := os.Stat(held)
 		return err == nil, "not yet"
 	})
 	heldAt := time.Now()
 
-	late := b.createService(t, "late", nil)
-	b.setEndpoints(t, "late", readyEP(2))
+	late := b.CreateService(t, "late", nil)
+	b.SetEndpoints(t, "late", harness.ReadyEndpoint(2))
 	lateChain := b.svcChain("KUBE-SVC", "late", "tcp")
 	var waiting []string
 	var appliedAt time.Time
 	heldNow := func() bool { _, err := os.Stat(released); return err != nil }
-	eventually(t, "late's rules", 20*time.Second, func() (bool, string) {
+	harness.Eventually(t, "late's rules", 20*time.Second, func() (bool, string) {
 		if waiting == nil && heldNow() {
 			for _, c := range harness.Children(d.Proc.PID()) {
 				if len(c.Args) > 0 && strings.Contains(c.Args[0], "restore") {
@@ -231,7 +230,7 @@ func TestXtablesLockHeld(t *testing.T) {
 	if waiting == nil {
 		t.Errorf("never saw the daemon's iptables-restore waiting for the lock")
 	}
-	expectSpread(t, "client -> late", hit(t, b.topo.Client, "tcp", hostPort(late.Spec.ClusterIP, svcTCP), 10, harness.HitOptions{}), podNames(2), nil)
+	harness.ExpectSpread(t, "client -> late", harness.HitForTest(t, b.Topo.Client, "tcp", harness.HostPort(late.Spec.ClusterIP, svcTCP), 10, harness.HitOptions{}), harness.PodNames(2), nil)
 	if got := restoreFailures(t, d); got != 0 {
 		t.Errorf("%v iptables-restore failures while the lock was held", got)
 	}
@@ -239,40 +238,6 @@ func TestXtablesLockHeld(t *testing.T) {
 		t.Errorf("a sync failed while the lock was held:\n%s", d.Proc.LogTail(20))
 	}
 }
-
-// bigService creates Service name with n endpoints on another node (addresses bigAddr(i), never connected
-// to), in slices of 1000 endpoints written before the Service itself, so that the Service arrives with all
-// of them in one sync.
-func (b *bed) bigService(t *testing.T, name string, n int) {
-	t.Helper()
-	ctx, cancel := b.ctx()
-	defer cancel()
-	api := b.c.Admin.DiscoveryV1().EndpointSlices(b.ns)
-	for s := 0; s*1000 < n; s++ {
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, s), Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports: []discoveryv1.EndpointPort{
-				{Name: ptr("tcp"), Port: ptr[int32](podTCP), Protocol: ptr(corev1.ProtocolTCP)},
-				{Name: ptr("udp"), Port: ptr[int32](podUDP), Protocol: ptr(corev1.ProtocolUDP)},
-			},
-		}
-		for i := s * 1000; i < min(n, (s+1)*1000); i++ {
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-				Addresses:  []string{bigAddr(i)},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
-				NodeName:   ptr(otherNode),
-			})
-		}
-		if _, err := api.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("creating slice %s: %v", slice.Name, err)
-		}
-	}
-	b.createService(t, name, nil)
-}
-
-// bigAddr is the address of endpoint i of a bigService, in 10.246.0.0/16.
-func bigAddr(i int) string { return fmt.Sprintf("10.246.%d.%d", i/250, i%250+1) }
 
 // killDuringRestore polls the daemon's children for an iptables-restore that has been running for at
 // least 50 ms (a large payload: small ones finish sooner), kills the daemon with SIGKILL right then, and
@@ -300,7 +265,7 @@ func killDuringRestore(t *testing.T, d *harness.Daemon) ([]string, time.Duration
 				t.Fatalf("kill -9: %v", err)
 			}
 			<-d.Proc.Done()
-			eventually(t, "the orphaned iptables-restore to end", 30*time.Second, func() (bool, string) {
+			harness.Eventually(t, "the orphaned iptables-restore to end", 30*time.Second, func() (bool, string) {
 				return !harness.ProcAlive(c.PID), fmt.Sprintf("pid %d still running", c.PID)
 			})
 			return c.Args, ran
@@ -348,47 +313,47 @@ func expectConverged(t *testing.T, b *bed, label string) {
 // Services say.
 func TestKillDuringSync(t *testing.T) {
 	b := newBed(t, harness.BackendNFT, 3)
-	b.bigService(t, "big", 3000)
-	web := b.createService(t, "web", nil)
-	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
-	b.createService(t, "doomed", nil)
-	b.setEndpoints(t, "doomed", readyEP(1), readyEP(2))
+	b.BigService(t, "big", 3000)
+	web := b.CreateService(t, "web", nil)
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2), harness.ReadyEndpoint(3))
+	b.CreateService(t, "doomed", nil)
+	b.SetEndpoints(t, "doomed", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
 	doomed := []string{b.svcChain("KUBE-SVC", "doomed", "tcp"), b.sepChain("doomed", "tcp", 1)}
 
 	// 1. Killed during the first, full sync.
-	d := harness.StartDaemon(t, b.c, b.topo.Node, harness.DaemonOptions{
-		NodeName: b.node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.kubeconfig,
+	d := harness.StartDaemon(t, b.Cluster, b.Topo.Node, harness.DaemonOptions{
+		NodeName: b.Node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.Kubeconfig,
 		NoWaitReady: true,
 	})
 	args, ran := killDuringRestore(t, d)
 	_, committed := b.save(t, "nat").Chains[b.svcChain("KUBE-SVC", "big", "tcp")]
 	t.Logf("killed %v into %q at start-up (the payload was committed before the kill: %v)", ran, args, committed)
-	b.deleteService(t, "doomed")
-	b.setEndpoints(t, "web", readyEP(1), readyEP(2))
+	b.DeleteService(t, "doomed")
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
 	start := time.Now()
 	d.Start()
 	d.WaitReady(60 * time.Second)
 	t.Logf("restarted: ready after %v", time.Since(start).Round(time.Millisecond))
 	b.waitChains(t, []string{b.svcChain("KUBE-SVC", "web", "tcp")}, append(doomed, b.sepChain("web", "tcp", 3)))
 	expectConverged(t, b, "after a kill at start-up")
-	expectSpread(t, "client -> web", hit(t, b.topo.Client, "tcp", hostPort(web.Spec.ClusterIP, svcTCP), 20, harness.HitOptions{}), podNames(1, 2), nil)
+	harness.ExpectSpread(t, "client -> web", harness.HitForTest(t, b.Topo.Client, "tcp", harness.HostPort(web.Spec.ClusterIP, svcTCP), 20, harness.HitOptions{}), harness.PodNames(1, 2), nil)
 
 	// 2. Killed during a partial sync: a second large Service arrives, and is deleted while the daemon is
 	// down; pod3 comes back to web.
-	b.bigService(t, "big2", 3000)
+	b.BigService(t, "big2", 3000)
 	args, ran = killDuringRestore(t, d)
 	_, committed = b.save(t, "nat").Chains[b.svcChain("KUBE-SVC", "big2", "tcp")]
 	t.Logf("killed %v into %q in a partial sync (the payload was committed before the kill: %v)", ran, args, committed)
-	ctx, cancel := b.ctx()
+	ctx, cancel := b.Ctx()
 	defer cancel()
-	if err := b.c.Admin.CoreV1().Services(b.ns).Delete(ctx, "big2", metav1.DeleteOptions{}); err != nil {
+	if err := b.Cluster.Admin.CoreV1().Services(b.NS).Delete(ctx, "big2", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.c.Admin.DiscoveryV1().EndpointSlices(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+	if err := b.Cluster.Admin.DiscoveryV1().EndpointSlices(b.NS).DeleteCollection(ctx, metav1.DeleteOptions{},
 		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=big2"}); err != nil {
 		t.Fatal(err)
 	}
-	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2), harness.ReadyEndpoint(3))
 	d.Start()
 	d.WaitReady(60 * time.Second)
 	b.waitChains(t, []string{b.sepChain("web", "tcp", 3), b.svcChain("KUBE-SVC", "big", "tcp")}, []string{b.svcChain("KUBE-SVC", "big2", "tcp")})
@@ -401,7 +366,7 @@ func TestKillDuringSync(t *testing.T) {
 			if port == "udp" {
 				target = podUDP
 			}
-			if _, ok := nat.Chains[hashName("KUBE-SEP", b.portName("big2", port), port, fmt.Sprintf("%s:%d", bigAddr(i), target))]; ok {
+			if _, ok := nat.Chains[hashName("KUBE-SEP", b.PortName("big2", port), port, fmt.Sprintf("%s:%d", harness.BigServiceAddr(i), target))]; ok {
 				left++
 			}
 		}
@@ -412,5 +377,5 @@ func TestKillDuringSync(t *testing.T) {
 	if n := len(nat.ChainNames("KUBE-SEP-")); n < 6000 {
 		t.Errorf("only %d KUBE-SEP chains; big alone has 6000", n)
 	}
-	expectSpread(t, "client -> web", hit(t, b.topo.Client, "tcp", hostPort(web.Spec.ClusterIP, svcTCP), 30, harness.HitOptions{}), podNames(1, 2, 3), nil)
+	harness.ExpectSpread(t, "client -> web", harness.HitForTest(t, b.Topo.Client, "tcp", harness.HostPort(web.Spec.ClusterIP, svcTCP), 30, harness.HitOptions{}), harness.PodNames(1, 2, 3), nil)
 }

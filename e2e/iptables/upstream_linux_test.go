@@ -43,46 +43,46 @@ var unordered = []string{"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVI
 // same rules) for the same Services.
 func TestUpstreamHandover(t *testing.T) {
 	b := newBed(t, harness.BackendNFT, 3)
-	web := b.createService(t, "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
-	b.setEndpoints(t, "web", readyEP(1), readyEP(2), readyEP(3))
-	b.createService(t, "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
-	b.setEndpoints(t, "sticky", readyEP(1), readyEP(2))
-	b.createService(t, "local", func(s *corev1.Service) {
+	web := b.CreateService(t, "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
+	b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2), harness.ReadyEndpoint(3))
+	b.CreateService(t, "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
+	b.SetEndpoints(t, "sticky", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
+	b.CreateService(t, "local", func(s *corev1.Service) {
 		s.Spec.Type = corev1.ServiceTypeLoadBalancer
 		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	})
-	b.setEndpoints(t, "local", readyEP(1), remoteEP(2))
-	b.createService(t, "itp", func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal) })
-	b.setEndpoints(t, "itp", readyEP(3), remoteEP(1))
-	b.createService(t, "empty", nil)
-	b.createService(t, "gone", nil)
-	b.setEndpoints(t, "gone", readyEP(1), readyEP(2))
+	b.SetEndpoints(t, "local", harness.ReadyEndpoint(1), harness.RemoteEndpoint(2))
+	b.CreateService(t, "itp", func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal) })
+	b.SetEndpoints(t, "itp", harness.ReadyEndpoint(3), harness.RemoteEndpoint(1))
+	b.CreateService(t, "empty", nil)
+	b.CreateService(t, "gone", nil)
+	b.SetEndpoints(t, "gone", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
 	var goneChains []string
 	for _, port := range []string{"tcp", "udp"} {
 		goneChains = append(goneChains, b.svcChain("KUBE-SVC", "gone", port), b.sepChain("gone", port, 1), b.sepChain("gone", port, 2))
 	}
-	upOpts := harness.UpstreamOptions{NodeName: b.node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.kubeconfig}
-	targets := []target{
-		{"tcp", hostPort(web.Spec.ClusterIP, svcTCP)},
-		{"udp", hostPort(web.Spec.ClusterIP, svcUDP)},
-		{"tcp", hostPort(harness.NodeIP, nodePort(t, web, "tcp"))},
+	upOpts := harness.UpstreamOptions{NodeName: b.Node, Config: baseConfig + syncConfig, Env: []string{b.xt.Env()}, Kubeconfig: b.Kubeconfig}
+	targets := []harness.Target{
+		{Network: "tcp", Addr: harness.HostPort(web.Spec.ClusterIP, svcTCP)},
+		{Network: "udp", Addr: harness.HostPort(web.Spec.ClusterIP, svcUDP)},
+		{Network: "tcp", Addr: harness.HostPort(harness.NodeIP, harness.NodePortOf(t, web, "tcp"))},
 	}
 
 	// Upstream first.
 	start := time.Now()
-	up := harness.StartUpstream(t, b.c, b.topo.Node, upOpts)
+	up := harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
 	b.waitChains(t, append([]string{b.svcChain("KUBE-SVC", "web", "tcp")}, goneChains...), nil)
 	upstream := waitSettled(t, b.xt)
 	t.Logf("upstream kube-proxy synced both families %v after start", time.Since(start).Round(time.Millisecond))
 
 	// Upstream -> ours, with traffic flowing; "gone" is deleted while no proxy runs.
-	tr := startTraffic(b.topo.Client, targets)
-	tr.waitFor(t, 60)
+	tr := harness.StartTraffic(b.Topo.Client, targets)
+	tr.WaitFor(t, 60)
 	if err := up.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b.deleteService(t, "gone")
-	tr.waitFor(t, tr.count()+60)
+	b.DeleteService(t, "gone")
+	tr.WaitMore(t, 60)
 	d := b.start(syncConfig)
 	ours := saveAll(t, b.xt) // right after READY=1: the first sync is done
 	for _, c := range goneChains {
@@ -90,8 +90,8 @@ func TestUpstreamHandover(t *testing.T) {
 			t.Errorf("after our first sync, upstream's chain %s of the deleted Service is still there", c)
 		}
 	}
-	tr.waitFor(t, tr.count()+120)
-	expectNoFailures(t, "upstream -> ours", tr.stop())
+	tr.WaitMore(t, 120)
+	harness.ExpectNoFailures(t, "upstream -> ours", tr.Stop())
 	if got := restoreFailures(t, d); got != 0 {
 		t.Errorf("our first sync over upstream's rules: %v restore failures", got)
 	}
@@ -102,22 +102,22 @@ func TestUpstreamHandover(t *testing.T) {
 	}
 
 	// Ours -> upstream: a Service created under us and deleted while nothing runs must go too.
-	b.createService(t, "gone2", nil)
-	b.setEndpoints(t, "gone2", readyEP(3))
+	b.CreateService(t, "gone2", nil)
+	b.SetEndpoints(t, "gone2", harness.ReadyEndpoint(3))
 	gone2 := []string{b.svcChain("KUBE-SVC", "gone2", "tcp"), b.sepChain("gone2", "tcp", 3)}
 	b.waitChains(t, gone2, nil)
-	tr = startTraffic(b.topo.Client, targets)
-	tr.waitFor(t, 60)
+	tr = harness.StartTraffic(b.Topo.Client, targets)
+	tr.WaitFor(t, 60)
 	if err := d.Proc.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b.deleteService(t, "gone2")
+	b.DeleteService(t, "gone2")
 	start = time.Now()
-	up2 := harness.StartUpstream(t, b.c, b.topo.Node, upOpts)
+	up2 := harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
 	b.waitChains(t, nil, gone2)
 	t.Logf("upstream kube-proxy removed our stale chains %v after start", time.Since(start).Round(time.Millisecond))
-	tr.waitFor(t, tr.count()+120)
-	expectNoFailures(t, "ours -> upstream", tr.stop())
+	tr.WaitMore(t, 120)
+	harness.ExpectNoFailures(t, "ours -> upstream", tr.Stop())
 	back := saveAll(t, b.xt)
 	for key, o := range ours {
 		if a, z := chainSet(o), chainSet(back[key]); !slices.Equal(a, z) {
@@ -133,12 +133,12 @@ func TestUpstreamHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := b.ctx()
+	ctx, cancel := b.Ctx()
 	defer cancel()
-	if out, err := b.topo.Node.RunEnv(ctx, []string{b.xt.Env()}, bin, "--cleanup"); err != nil {
+	if out, err := b.Topo.Node.RunEnv(ctx, []string{b.xt.Env()}, bin, "--cleanup"); err != nil {
 		t.Fatalf("kube-proxy --cleanup over upstream's rules: %v\n%s", err, out)
 	}
-	for _, c := range kubeChains(t, b.xt) {
+	for _, c := range b.xt.KubeChains(t) {
 		if !othersChain(c) {
 			t.Errorf("--cleanup left upstream's %s", c)
 		}
@@ -151,7 +151,7 @@ func TestUpstreamHandover(t *testing.T) {
 func waitSettled(t testing.TB, xt *harness.XTables) map[string]*harness.SavedTable {
 	t.Helper()
 	var prev, cur map[string]*harness.SavedTable
-	eventually(t, "the rules of both families to settle", 30*time.Second, func() (bool, string) {
+	harness.Eventually(t, "the rules of both families to settle", 30*time.Second, func() (bool, string) {
 		prev, cur = cur, saveAll(t, xt)
 		for _, fam := range []string{"IPv4", "IPv6"} {
 			nat, filter := cur[fam+"/nat"], cur[fam+"/filter"]
@@ -216,7 +216,7 @@ func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable
 				return false
 			}
 		}
-		return !strings.Contains(r, b.ns+"/gone")
+		return !strings.Contains(r, b.NS+"/gone")
 	}
 	upRules, ourRules := map[string]int{}, map[string]int{}
 	for _, r := range up.Rules {
@@ -274,32 +274,8 @@ func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable
 	}
 }
 
-// expectNoFailures fails t if any connection failed.
-func expectNoFailures(t *testing.T, label string, res []harness.HitResult) {
-	t.Helper()
-	fails := 0
-	for _, r := range res {
-		if r.Err != "" {
-			fails++
-		}
-	}
-	t.Logf("%s: %d connections, %d failed", label, len(res), fails)
-	if fails > 0 {
-		t.Errorf("%s: %d of %d connections failed: %s", label, fails, len(res), harness.FormatHits(harness.CountHits(res)))
-	}
-}
-
 // restoreFailures sums kubeproxy_sync_proxy_rules_iptables_restore_failures_total over the families.
 func restoreFailures(t testing.TB, d *harness.Daemon) float64 {
 	t.Helper()
-	body := metrics(t, d)
-	var sum float64
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		v, found := metric(body, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total", `ip_family="`+fam+`"`)
-		if !found && fam == "IPv4" {
-			t.Fatalf("no IPv4 kubeproxy_sync_proxy_rules_iptables_restore_failures_total in /metrics")
-		}
-		sum += v
-	}
-	return sum
+	return d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_iptables_restore_failures_total")
 }
