@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,4 +358,26 @@ func changedExternally(t testing.TB, d *harness.Daemon, family string) float64 {
 func syncFailures(t testing.TB, d *harness.Daemon) float64 {
 	t.Helper()
 	return d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_nftables_sync_failures_total")
+}
+
+// upstreamSettled starts upstream kube-proxy with opts and waits until its tables hold the chains want
+// and settle. Upstream v1.37 can miss the Node's zone label for good: its NodeTopologyConfig adds its
+// informer handler before it registers the proxier, and the Node's add event can arrive in between;
+// later events carry the same label and are ignored. It then logs "node is missing label" on every sync
+// and ignores zone hints, which is a race of upstream's, not a difference of rule shapes. Such a run is
+// stopped and upstream started again (up to three times), so that the tables compared are both the
+// intended ones.
+func (b *bed) upstreamSettled(t testing.TB, opts harness.UpstreamOptions, want []string) (*harness.Upstream, map[string]*harness.NFTTable) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		up := harness.StartUpstream(t, b.Cluster, b.Topo.Node, opts)
+		tabs := b.waitSettled(t, want)
+		if !strings.Contains(up.Proc.Log(), "node is missing label") || attempt == 3 {
+			return up, tabs
+		}
+		t.Logf("upstream kube-proxy missed the Node's zone label (its own start-up race); starting it again")
+		if err := up.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

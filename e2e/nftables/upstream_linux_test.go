@@ -52,8 +52,7 @@ func TestUpstreamHandover(t *testing.T) {
 
 	// 1. Upstream.
 	start := time.Now()
-	up := harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
-	upstream := b.waitSettled(t, want)
+	up, upstream := b.upstreamSettled(t, upOpts, want)
 	t.Logf("upstream kube-proxy settled %v after start", time.Since(start).Round(time.Millisecond))
 	tr := harness.StartTraffic(b.Topo.Client, targets)
 	tr.WaitFor(t, 100)
@@ -88,8 +87,7 @@ func TestUpstreamHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.WaitMore(t, 100)
-	up = harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
-	upstream = b.waitSettled(t, []string{b.svcChain("service-", "new", "tcp")})
+	up, upstream = b.upstreamSettled(t, upOpts, []string{b.svcChain("service-", "new", "tcp")})
 	compareTables(t, "ours, then upstream for the same Services", ours, upstream)
 	tr.WaitMore(t, 100)
 	// Upstream deletes a Service's chains too after a delay; how long it takes here, for comparison.
@@ -131,8 +129,7 @@ func TestUpstreamHandover(t *testing.T) {
 	if err := d.Proc.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	up = harness.StartUpstream(t, b.Cluster, b.Topo.Node, harness.UpstreamOptions{NodeName: b.Node, Config: otherConfig, Kubeconfig: b.Kubeconfig})
-	upstream = b.waitSettled(t, want[:2])
+	up, upstream = b.upstreamSettled(t, harness.UpstreamOptions{NodeName: b.Node, Config: otherConfig, Kubeconfig: b.Kubeconfig}, want[:2])
 	tr.WaitMore(t, 100)
 	if err := up.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -181,8 +178,7 @@ func TestUpstreamHandoverDualStack(t *testing.T) {
 	}
 	want := []string{b.svcChain("service-", "web", "tcp"), b.svcChain("firewall-", "local", "tcp")}
 
-	up := harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
-	upstream := b.waitSettled(t, want)
+	up, upstream := b.upstreamSettled(t, upOpts, want)
 	tr := harness.StartTraffic(b.Topo.Client, targets)
 	tr.WaitFor(t, 100)
 	if err := up.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
@@ -197,8 +193,7 @@ func TestUpstreamHandoverDualStack(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.WaitMore(t, 100)
-	harness.StartUpstream(t, b.Cluster, b.Topo.Node, upOpts)
-	upstream = b.waitSettled(t, want)
+	_, upstream = b.upstreamSettled(t, upOpts, want)
 	compareTables(t, "dual-stack: ours, then upstream", ours, upstream)
 	tr.WaitMore(t, 100)
 	harness.ExpectNoFailures(t, "dual-stack, across two handovers", tr.Stop())

@@ -13,8 +13,8 @@ DEST=${2:?usage: $0 SUITE DEST}
 READY_MARK=.kp-lab-ready
 # Everything the tests use inside: systemd + dbus (systemctl, journalctl, systemd-analyze), iptables and
 # iproute2 (the daemon and the checks), procps, apt/dpkg (minbase has them) for the .deb, and what the .deb
-# depends on or recommends (iptables, conntrack), since the machines have no network to fetch it.
-PKGS=systemd,systemd-sysv,dbus,procps,iptables,iproute2,kmod,conntrack
+# depends on or recommends (iptables, conntrack, nftables), since the machines have no network to fetch it.
+PKGS=systemd,systemd-sysv,dbus,procps,iptables,iproute2,kmod,conntrack,nftables
 # The mark holds the package list: a tree built for another list is rebuilt.
 ready() { [[ -e $DEST/$READY_MARK && $(<"$DEST/$READY_MARK") == "$PKGS" ]]; }
 
