@@ -112,10 +112,10 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() { done <- srv.Run(ctx); close(finished) }()
 	err = systemd.Run(ctx, systemd.NewNotifier(), systemd.Hooks{
-		Ready:   srv.Proxy.Ready(),
-		Healthy: srv.Proxy.Healthy,
-		Status:  srv.Status,
-		Done:    done,
+		Ready:  srv.Proxy.Ready(),
+		Alive:  srv.Proxy.LoopAlive,
+		Status: srv.Status,
+		Done:   done,
 		Reload: func(ctx context.Context) systemd.ReloadStatus {
 			next, loadErr := opts.Complete(fs)
 			r := srv.Reload(ctx, next, loadErr, setVerbosity)

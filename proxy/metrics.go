@@ -21,6 +21,9 @@ type Metrics struct {
 	LivezTotal          *prometheus.CounterVec
 	// SkippedObjects counts unusable API objects and fields that were skipped, by kind (ours, not upstream's).
 	SkippedObjects *prometheus.CounterVec
+	// SyncFailures counts failed applies of a family's snapshot (ours; upstream counts only iptables-restore
+	// failures, which the iptables and ipvs dataplanes count too).
+	SyncFailures *prometheus.CounterVec
 	// ConfigReloads counts SIGHUP reloads by result: "applied", "invalid", "restart-required" (ours).
 	ConfigReloads *prometheus.CounterVec
 }
@@ -54,12 +57,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "proxy_livez_total", Help: "Cumulative proxy livez HTTP status"}, []string{"code"}),
 		SkippedObjects: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem,
 			Name: "skipped_api_objects_total", Help: "Unusable API objects or fields that were skipped, by kind"}, []string{"kind"}),
+		SyncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem,
+			Name: "sync_proxy_rules_failures_total", Help: "Syncs whose rules the kernel did not take, by IP family"}, family),
 		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: subsystem,
 			Name: "config_reloads_total", Help: "Configuration reloads (SIGHUP) by result"}, []string{"result"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.LastSyncTimestamp,
 		m.LastQueuedTimestamp, m.NetworkProgramming, m.NoLocalEndpoints, m.HealthzTotal, m.LivezTotal,
-		m.SkippedObjects, m.ConfigReloads)
+		m.SkippedObjects, m.SyncFailures, m.ConfigReloads)
 	return m
 }
 

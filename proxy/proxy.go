@@ -211,14 +211,25 @@ func (p *Proxy) reconfigure() {
 // reported done.
 func (p *Proxy) SyncNow(ctx context.Context, full bool) error { return p.runner.SyncNow(ctx, full) }
 
-// Healthy reports whether the sync loop is making progress, for the systemd watchdog: no sync has been
-// running, and no change has been waiting, for longer than the health timeout.
-func (p *Proxy) Healthy() bool {
+// Healthy reports what /livez reports: every queued change reached the kernel within the health timeout
+// (upstream's rule; a failing sync with nothing queued leaves it healthy).
+func (p *Proxy) Healthy() bool { return p.health.Status().Healthy }
+
+// LoopAlive reports whether the sync loop turns, for the systemd watchdog: no sync has been running for
+// longer than the health timeout. It says nothing of whether the kernel accepted the last write: a
+// restart cannot fix a kernel or a rule that refuses a write, and a restart loop on every node would only
+// reload the API server; that state is shown by /healthz, the STATUS line, the log and
+// kubeproxy_sync_proxy_rules_failures_total instead.
+func (p *Proxy) LoopAlive() bool {
 	p.health.mu.Lock()
 	timeout := p.health.timeout
 	p.health.mu.Unlock()
-	return p.runner.RunningFor() < timeout && p.health.Status().Healthy
+	return p.runner.RunningFor() < timeout
 }
+
+// SyncFailures returns the number of consecutive failed syncs, when the first of them ended, and the last
+// one's error (0, zero time and nil while syncs succeed).
+func (p *Proxy) SyncFailures() (n int, since time.Time, last error) { return p.runner.FailureState() }
 
 // Loop runs the sync loop, and the dataplanes' watchers, until ctx is done. Call it once the API watches
 // have synced.
@@ -245,13 +256,22 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		dp := p.opts.Dataplanes[i]
 		family := string(snap.Family)
 		t0 := time.Now()
-		if err := dp.Dataplane.Apply(ctx, snap, full); err != nil {
+		var err error
+		if applyFault != nil {
+			err = applyFault(snap.Family)
+		}
+		if err == nil {
+			err = safeApply(ctx, dp.Dataplane, snap, full)
+		}
+		if err != nil {
+			// The changes stay queued (their health clock keeps running, as upstream's does); a failure
+			// with nothing queued does not make the node unhealthy.
 			errs = append(errs, fmt.Errorf("applying %s snapshot %d: %w", snap.Family, snap.Generation, err))
+			p.metrics.SyncFailures.WithLabelValues(family).Inc()
 			if failed.Triggers == nil {
 				failed.Triggers = map[v1.IPFamily][]time.Time{}
 			}
 			failed.Triggers[snap.Family] = build.Triggers[snap.Family]
-			p.health.Queued(snap.Family)
 			continue
 		}
 		elapsed := time.Since(t0)
@@ -292,6 +312,18 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 		debug.FreeOSMemory()
 	}
 	return nil
+}
+
+// safeApply turns a panic in a dataplane's Apply into an error, so that the other families are still
+// applied and this one's changes are requeued like after any failure (the next sync is full).
+func safeApply(ctx context.Context, dp Dataplane, snap *Snapshot, full bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+			klog.ErrorS(err, "Dataplane panicked; the sync will be retried in full", "ipFamily", snap.Family, "stack", string(debug.Stack()))
+		}
+	}()
+	return dp.Apply(ctx, snap, full)
 }
 
 // steadyGCPercent is the garbage collector's target heap growth once the first sync is done.

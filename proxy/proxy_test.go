@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -556,4 +558,48 @@ func TestProxyConcurrentEvents(t *testing.T) {
 		t.Logf("%d applies, %d partial", len(calls), partial)
 		dp.check(t)
 	}
+}
+
+// TestProxyFailingSyncsWithNothingQueued: health follows upstream's rule. A sync that fails while no
+// change is pending (a periodic one) leaves the node healthy however long it lasts; a change that cannot
+// reach the kernel within the timeout makes it unhealthy. Either way the sync loop counts as alive for the
+// watchdog (a restart cannot make the kernel take the rules), and the failures are counted and shown.
+func TestProxyFailingSyncsWithNothingQueued(t *testing.T) {
+	var ahead atomic.Int64 // how far the health clock runs ahead of the real one
+	p := newTestProxy(t, time.Hour, nil)
+	p.health.now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	p.start(t)
+	if err := p.syncNow(t, false); err != nil {
+		t.Fatal(err)
+	}
+	p.v4.setFail(errors.New("iptables-restore: exit status 1"))
+	if err := p.syncNow(t, true); err == nil {
+		t.Fatal("the periodic sync did not fail")
+	}
+	ahead.Store(int64(3 * time.Hour)) // the timeout is 2 × the sync period (1 h)
+	if !p.Healthy() {
+		t.Error("failing syncs with nothing queued made the node unhealthy (upstream stays healthy)")
+	}
+	if !p.LoopAlive() {
+		t.Error("failing syncs stopped the watchdog")
+	}
+	if n, since, err := p.SyncFailures(); n == 0 || since.IsZero() || err == nil || !strings.Contains(err.Error(), "iptables-restore") {
+		t.Errorf("SyncFailures() = %d, %v, %v; want the failures and the kernel's error", n, since, err)
+	}
+	if m := metricWith(gather(t, p.reg), "kubeproxy_sync_proxy_rules_failures_total", map[string]string{"ip_family": "IPv4"}); m == nil || m.GetCounter().GetValue() < 1 {
+		t.Errorf("kubeproxy_sync_proxy_rules_failures_total{ip_family=IPv4} = %v, want at least 1", m)
+	}
+
+	// A change that waits longer than the timeout: unhealthy, as upstream; the loop still turns.
+	p.Tracker().OnService(nil, webService())
+	ahead.Store(int64(6 * time.Hour))
+	if p.Healthy() {
+		t.Error("a change queued for 3 h without reaching the kernel left the node healthy")
+	}
+	if !p.LoopAlive() {
+		t.Error("failing syncs with a change queued stopped the watchdog")
+	}
+	p.v4.setFail(nil)
+	eventually(t, "the node to be healthy once the kernel takes the rules", p.Healthy)
+	eventually(t, "the failures to be cleared", func() bool { n, _, err := p.SyncFailures(); return n == 0 && err == nil })
 }

@@ -33,6 +33,8 @@ type Runner struct {
 	lastEnd      time.Time
 	lastFullEnd  time.Time
 	failures     int
+	failingSince time.Time // end of the first of the current run of failures
+	lastErr      error
 }
 
 // NewRunner returns a Runner for fn. Call Loop to start it.
@@ -107,6 +109,14 @@ func (r *Runner) Failures() int {
 	return r.failures
 }
 
+// FailureState returns the number of consecutive failed runs, when the first of them ended and the last
+// one's error (0, zero time and nil after a success).
+func (r *Runner) FailureState() (n int, since time.Time, last error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failures, r.failingSince, r.lastErr
+}
+
 // next decides when the next run is due and whether it is full. Called with r.mu held.
 func (r *Runner) next() (due time.Time, full bool) {
 	if r.lastEnd.IsZero() {
@@ -176,10 +186,14 @@ func (r *Runner) runOnce(ctx context.Context, full bool) {
 		r.lastFullEnd = r.lastEnd
 	}
 	if err != nil {
+		if r.failures == 0 {
+			r.failingSince = r.lastEnd
+		}
 		r.failures++
+		r.lastErr = err
 		klog.ErrorS(err, "Sync failed; will retry with a full sync", "consecutiveFailures", r.failures)
 	} else {
-		r.failures = 0
+		r.failures, r.failingSince, r.lastErr = 0, time.Time{}, nil
 	}
 	r.mu.Unlock()
 	for _, w := range waiters {

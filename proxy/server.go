@@ -33,6 +33,8 @@ type Server struct {
 
 	client        kubernetes.Interface
 	serviceHealth []*ServiceHealth
+	// listenRetry is how long a server whose port is busy waits before it tries again.
+	listenRetry time.Duration
 
 	mu      sync.Mutex
 	cfg     *config.KubeProxyConfiguration
@@ -51,7 +53,7 @@ func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, 
 		}
 		return def
 	}
-	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg}
+	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg, listenRetry: 5 * time.Second}
 	byFamily := map[v1.IPFamily]*ServiceHealth{}
 	s.Proxy = New(Options{
 		NodeName:      nodeName,
@@ -92,50 +94,65 @@ func (s *Server) Run(ctx context.Context) error {
 		go sh.Shutdown(ctx)
 	}
 	serveErr := make(chan error, 2)
-	s.serve(ctx, "healthz", cfg.HealthzBindAddress, s.Proxy.Health().Handler(), serveErr)
-	s.serve(ctx, "metrics", cfg.MetricsBindAddress, s.metricsHandler(), serveErr)
+	s.serve(ctx, "healthz", cfg.HealthzBindAddress, s.Proxy.Health().Handler(), cfg.BindAddressHardFail, serveErr)
+	s.serve(ctx, "metrics", cfg.MetricsBindAddress, s.metricsHandler(), cfg.BindAddressHardFail, serveErr)
 
 	synced := make(chan error, 1)
 	go func() { synced <- s.Proxy.WatchAPI(ctx, s.client, cfg.ConfigSyncPeriod.Duration) }()
-	for {
-		select {
-		case err := <-serveErr:
-			if cfg.BindAddressHardFail {
-				return err
-			}
-			klog.ErrorS(err, "Continuing without this server (bindAddressHardFail is false)")
-		case err := <-synced:
-			if err != nil {
-				return err
-			}
-			s.Proxy.Loop(ctx)
-			return nil
-		case <-ctx.Done():
-			return nil
+	select {
+	case err := <-serveErr:
+		return err
+	case err := <-synced:
+		if err != nil {
+			return err
 		}
+	case <-ctx.Done():
+		return nil
+	}
+	loopDone := make(chan struct{})
+	go func() { s.Proxy.Loop(ctx); close(loopDone) }()
+	select {
+	case err := <-serveErr: // the caller cancels ctx, which ends the loop
+		return err
+	case <-loopDone:
+		return nil
 	}
 }
 
 // serve listens on addr (host:port; an empty addr or port 0 disables the server) and serves h until ctx is
-// done. A listen failure is sent to errs.
-func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, errs chan<- error) {
+// done. While the port is busy (the proxy this one replaces may still be exiting) it tries again every
+// listenRetry, as upstream does; with hardFail the first failure is sent to errs instead.
+func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, hardFail bool, errs chan<- error) {
 	if addr == "" || strings.HasSuffix(addr, ":0") {
 		klog.InfoS("Server disabled", "server", name)
 		return
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		errs <- fmt.Errorf("%s server: %w", name, err)
-		return
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	go func() {
+		var ln net.Listener
+		for {
+			var err error
+			if ln, err = net.Listen("tcp", addr); err == nil {
+				break
+			}
+			err = fmt.Errorf("%s server: %w", name, err)
+			if hardFail {
+				errs <- err
+				return
+			}
+			klog.ErrorS(err, "Cannot listen; trying again (bindAddressHardFail is false)", "server", name, "retryIn", s.listenRetry)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.listenRetry):
+			}
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdownCtx)
+		}()
 		klog.InfoS("Serving", "server", name, "address", ln.Addr().String())
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.ErrorS(err, "Server stopped", "server", name)
@@ -248,8 +265,21 @@ func (s *Server) Status() string {
 			parts = append(parts, fmt.Sprintf("%d %s service ports", len(snap.Services), d.Family))
 		}
 	}
+	line := fmt.Sprintf("Proxying %s (mode %s, node %s)", strings.Join(parts, ", "), mode, s.NodeName)
 	if len(parts) == 0 {
-		return fmt.Sprintf("Starting (mode %s, node %s)", mode, s.NodeName)
+		line = fmt.Sprintf("Starting (mode %s, node %s)", mode, s.NodeName)
 	}
-	return fmt.Sprintf("Proxying %s (mode %s, node %s)", strings.Join(parts, ", "), mode, s.NodeName)
+	if n, since, err := s.Proxy.SyncFailures(); n > 0 {
+		line += fmt.Sprintf("; sync failing (%d in a row since %s): %s", n, since.UTC().Format(time.TimeOnly), statusError(err))
+	}
+	return line
+}
+
+// statusError is err on one line, cut to what a STATUS line shows (systemctl status prints it whole).
+func statusError(err error) string {
+	msg := strings.Join(strings.Fields(fmt.Sprint(err)), " ")
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return msg
 }

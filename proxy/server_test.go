@@ -3,6 +3,9 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"kube-proxy/config"
 )
@@ -176,5 +180,74 @@ func TestReloadDuringASync(t *testing.T) {
 	}
 	if failures := b.s.Proxy.runner.Failures(); failures != 0 {
 		t.Errorf("the refusal counted as %d failed syncs", failures)
+	}
+}
+
+// TestStatusShowsFailingSyncs: the STATUS line says that syncs fail, since when, and why, on one line.
+func TestStatusShowsFailingSyncs(t *testing.T) {
+	b := newReloadBed(t)
+	if st := b.s.Status(); strings.Contains(st, "failing") {
+		t.Fatalf("STATUS while syncs succeed: %q", st)
+	}
+	b.dp.setFail(errors.New("iptables-restore: exit status 2\nline 7 failed"))
+	if err := b.s.Proxy.SyncNow(context.Background(), true); err == nil {
+		t.Fatal("the sync did not fail")
+	}
+	st := b.s.Status()
+	if !strings.Contains(st, "sync failing (1 in a row since ") || !strings.Contains(st, "exit status 2 line 7 failed") || strings.Contains(st, "\n") {
+		t.Errorf("STATUS after a failed sync: %q", st)
+	}
+}
+
+// TestServerRetriesABusyPort: a health or metrics port still held (by the proxy this one replaces, say)
+// is tried again until it is free, unless bindAddressHardFail is set, which makes Run fail at once.
+func TestServerRetriesABusyPort(t *testing.T) {
+	for _, hardFail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bindAddressHardFail=%v", hardFail), func(t *testing.T) {
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			cfg := config.Default()
+			cfg.HealthzBindAddress = busy.Addr().String()
+			cfg.MetricsBindAddress = "127.0.0.1:0"
+			cfg.BindAddressHardFail = hardFail
+			s := NewServer(cfg, fake.NewClientset(), thisNode, prometheus.NewRegistry(),
+				[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: newFakeDataplane()}})
+			s.listenRetry = 20 * time.Millisecond
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+			if hardFail {
+				select {
+				case err := <-done:
+					done <- err
+					if err == nil || !strings.Contains(err.Error(), "healthz server") {
+						t.Errorf("Run = %v, want the healthz listen error", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Error("with bindAddressHardFail, Run did not fail on a busy port")
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // a few failed tries
+			busy.Close()
+			eventually(t, "/healthz to answer once the port is free", func() bool {
+				resp, err := http.Get("http://" + cfg.HealthzBindAddress + "/healthz")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return true
+			})
+			select {
+			case err := <-done:
+				t.Errorf("Run returned %v on a busy port without bindAddressHardFail", err)
+				done <- err
+			default:
+			}
+		})
 	}
 }

@@ -17,8 +17,8 @@ type Hooks struct {
 	Ready <-chan struct{}
 	// Reload re-reads the configuration and returns once the result is in force (or refused).
 	Reload func(ctx context.Context) ReloadStatus
-	// Healthy gates the watchdog pings.
-	Healthy func() bool
+	// Alive gates the watchdog pings: the sync loop turns (not: the kernel took the last write).
+	Alive func() bool
 	// Status is a one-line summary for `systemctl status`.
 	Status func() string
 	// Done delivers the daemon's own exit (an error it cannot continue after), if any.
@@ -26,11 +26,11 @@ type Hooks struct {
 }
 
 // statusEvery is how often the STATUS line is refreshed.
-const statusEvery = 15 * time.Second
+const statusEvery = 5 * time.Second
 
 // Run drives the daemon's life under systemd (or without it: every notification is then a no-op): READY=1
 // once Hooks.Ready closes; on SIGHUP, RELOADING=1, the reload, its recorded outcome, READY=1; watchdog
-// pings while healthy; on SIGTERM or SIGINT, STOPPING=1 and return. It also returns when the daemon ends by
+// pings while the sync loop is alive; on SIGTERM or SIGINT, STOPPING=1 and return. It also returns when the daemon ends by
 // itself (Hooks.Done), with its error. SIGHUPs that arrive before the daemon is ready are handled once it is.
 func Run(ctx context.Context, n *Notifier, h Hooks) error {
 	sigs := make(chan os.Signal, 4)
@@ -60,7 +60,7 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 			ready = nil
 			n.Ready(h.Status())
 			klog.InfoS("Ready: reported READY=1 to the service manager")
-			go n.Watchdog(watchdogCtx, h.Healthy)
+			go n.Watchdog(watchdogCtx, h.Alive)
 			if pendingHUP {
 				pendingHUP = false
 				reload(ctx, n, h, dir)

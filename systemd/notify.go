@@ -46,10 +46,11 @@ func (n *Notifier) Status(status string) {
 	n.send("STATUS=" + status)
 }
 
-// Watchdog pings the service manager's watchdog at half the configured interval for as long as healthy
-// returns true, until ctx is done. A hung or failing sync loop stops the pings, so systemd restarts the
-// daemon. It returns at once when the watchdog is not enabled for this process.
-func (n *Notifier) Watchdog(ctx context.Context, healthy func() bool) {
+// Watchdog pings the service manager's watchdog at half the configured interval for as long as alive
+// returns true, until ctx is done. A hung sync loop stops the pings, so systemd restarts the daemon; a
+// loop whose syncs fail keeps them (a restart would not fix the kernel's refusal). It returns at once
+// when the watchdog is not enabled for this process.
+func (n *Notifier) Watchdog(ctx context.Context, alive func() bool) {
 	interval, err := daemon.SdWatchdogEnabled(false)
 	if err != nil {
 		klog.ErrorS(err, "Reading the watchdog settings")
@@ -59,23 +60,23 @@ func (n *Notifier) Watchdog(ctx context.Context, healthy func() bool) {
 		return
 	}
 	klog.V(2).InfoS("Watchdog enabled", "interval", interval)
-	n.watchdogLoop(ctx, interval/2, healthy)
+	n.watchdogLoop(ctx, interval/2, alive)
 }
 
-func (n *Notifier) watchdogLoop(ctx context.Context, every time.Duration, healthy func() bool) {
+func (n *Notifier) watchdogLoop(ctx context.Context, every time.Duration, alive func() bool) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	wasHealthy := true
+	wasAlive := true
 	for {
-		if healthy() {
+		if alive() {
 			n.send(daemon.SdNotifyWatchdog)
-			if !wasHealthy {
-				klog.InfoS("Sync loop healthy again; watchdog pings resumed")
+			if !wasAlive {
+				klog.InfoS("Sync loop turning again; watchdog pings resumed")
 			}
-			wasHealthy = true
-		} else if wasHealthy {
-			klog.ErrorS(nil, "Sync loop unhealthy; withholding watchdog pings")
-			wasHealthy = false
+			wasAlive = true
+		} else if wasAlive {
+			klog.ErrorS(nil, "Sync loop stuck; withholding watchdog pings")
+			wasAlive = false
 		}
 		select {
 		case <-ctx.Done():
