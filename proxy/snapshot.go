@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
+	"runtime/debug"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // Snapshot is the immutable desired state of one IP family: every proxied Service port with its chosen
@@ -88,6 +91,36 @@ type serviceInput struct {
 	slices []*parsedSlice
 }
 
+// servicePorts computes one Service's ports with their endpoints; a panic in doing so is returned as an
+// error.
+func (b *builder) servicePorts(in serviceInput, node Node, problems func(key serviceKey, msg string)) (ports []*ServicePort, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ports, err = nil, fmt.Errorf("panic: %v", r)
+			klog.ErrorS(err, "Building a Service's rules panicked; it keeps its previous rules", "service", in.key.String(), "stack", string(debug.Stack()))
+		}
+	}()
+	if in.svc == nil {
+		return nil, nil
+	}
+	if servicePortsHook != nil {
+		servicePortsHook(in.key)
+	}
+	ports, msgs := servicePorts(in.svc, b.family, b.opts)
+	for _, m := range msgs {
+		problems(in.key, m)
+	}
+	for _, sp := range ports {
+		sp.Endpoints = endpointsFor(in.slices, b.family, sp.Name.Port, sp.Protocol)
+		sel := SelectEndpoints(sp, sp.Endpoints, node.Name, node.Zone)
+		sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = sel.Cluster, sel.Local, sel.HasAny
+	}
+	return ports, nil
+}
+
+// servicePortsHook, set only by tests, runs before a Service's ports are computed (to make it panic).
+var servicePortsHook func(key serviceKey)
+
 // build returns the next snapshot: the last one with the given Services recomputed. Ports whose new state
 // equals the old keep the old pointer, so they do not count as changed. problems collects unusable fields.
 func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []serviceInput, problems func(key serviceKey, msg string)) *Snapshot {
@@ -100,20 +133,19 @@ func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []service
 		Services:     maps.Clone(prev.Services),
 		parent:       prev.Generation,
 	}
+	// portsOf is updated once the whole snapshot is built, so that a build that never completes leaves the
+	// builder as it was.
+	portsOf := make(map[serviceKey][]ServicePortName, len(inputs))
 	for _, in := range inputs {
-		var ports []*ServicePort
-		if in.svc != nil {
-			var msgs []string
-			ports, msgs = servicePorts(in.svc, b.family, b.opts)
-			for _, m := range msgs {
-				problems(in.key, m)
-			}
+		ports, err := b.servicePorts(in, node, problems)
+		if err != nil {
+			// A bug, not bad input (servicePorts reports and skips that): the Service keeps the state
+			// of the last snapshot, and its next change tries again.
+			problems(in.key, "skipped: building its rules panicked: "+err.Error())
+			continue
 		}
 		names := make([]ServicePortName, 0, len(ports))
 		for _, sp := range ports {
-			sp.Endpoints = endpointsFor(in.slices, b.family, sp.Name.Port, sp.Protocol)
-			sel := SelectEndpoints(sp, sp.Endpoints, node.Name, node.Zone)
-			sp.ClusterEndpoints, sp.LocalEndpoints, sp.HasAnyEndpoints = sel.Cluster, sel.Local, sel.HasAny
 			names = append(names, sp.Name)
 			if old, ok := prev.Services[sp.Name]; ok && old.Equal(sp) {
 				next.Services[sp.Name] = old
@@ -128,10 +160,13 @@ func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []service
 				next.changed = append(next.changed, name)
 			}
 		}
+		portsOf[in.key] = names
+	}
+	for k, names := range portsOf {
 		if len(names) == 0 {
-			delete(b.portsOf, in.key)
+			delete(b.portsOf, k)
 		} else {
-			b.portsOf[in.key] = names
+			b.portsOf[k] = names
 		}
 	}
 	slices.SortFunc(next.changed, ServicePortName.Compare)

@@ -422,6 +422,27 @@ func (t *Tracker) RequeueTriggers(b Build) {
 	}
 }
 
+// requeue puts back the changes a failed Snapshots took, under those that arrived since.
+func (t *Tracker) requeue(keys []serviceKey, triggers map[v1.IPFamily][]time.Time, svcPending map[serviceKey]*v1.Service, epPending map[serviceKey]struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, k := range keys {
+		t.pending[k] = struct{}{}
+	}
+	for k, base := range svcPending {
+		if _, newer := t.svcPending[k]; !newer {
+			t.svcPending[k] = base
+		}
+	}
+	for k := range epPending {
+		t.epPending[k] = struct{}{}
+	}
+	for f, ts := range triggers {
+		t.triggers[f] = append(ts, t.triggers[f]...)
+	}
+	t.rebuildAll = true
+}
+
 // Snapshots takes all pending changes and returns the next snapshot of every family. It must be called from
 // one goroutine at a time (the sync loop).
 func (t *Tracker) Snapshots() Build {
@@ -451,13 +472,21 @@ func (t *Tracker) Snapshots() Build {
 	}
 	node := t.node
 	serviceCIDRs := t.serviceCIDRs
-	triggers := t.triggers
+	triggers, svcPending, epPending := t.triggers, t.svcPending, t.epPending
 	t.pending = map[serviceKey]struct{}{}
 	t.svcPending = map[serviceKey]*v1.Service{}
 	t.epPending = map[serviceKey]struct{}{}
 	t.triggers = map[v1.IPFamily][]time.Time{}
 	t.rebuildAll = false
 	t.mu.Unlock()
+	// A panic below (the sync loop recovers it) must not lose the changes taken: they are put back, and
+	// the next snapshot is built from every Service, since a builder may have moved on before the panic.
+	defer func() {
+		if r := recover(); r != nil {
+			t.requeue(keys, triggers, svcPending, epPending)
+			panic(r)
+		}
+	}()
 
 	for _, in := range inputs {
 		if in.svc == nil {

@@ -838,3 +838,79 @@ func TestTrackerServiceCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerPanicInOneServiceKeepsTheOthers: a bug that panics while one Service's ports are built skips
+// that Service (it keeps its last rules, and is reported) and not the rest of the snapshot; its next change
+// is built again.
+func TestTrackerPanicInOneServiceKeepsTheOthers(t *testing.T) {
+	tr, _, log := newTestTracker(v1.IPv4Protocol)
+	tr.OnService(nil, webService())
+	tr.OnEndpointSlice(nil, webSlice("web-1", "10.1.0.1"))
+	only(tr.Snapshots())
+	servicePortsHook = func(k serviceKey) {
+		if k.Name == "web" {
+			panic("a bug")
+		}
+	}
+	t.Cleanup(func() { servicePortsHook = nil })
+	tr.OnEndpointSlice(webSlice("web-1", "10.1.0.1"), webSlice("web-1", "10.1.0.2"))
+	tr.OnService(nil, makeService("ns", "api", "10.0.0.11", withPort("http", tcp, 80, 0)))
+	s := only(tr.Snapshots())
+	if web := s.Services[spn("ns", "web", "http", tcp)]; web == nil || !slices.Equal(epAddrs(web.Endpoints), []string{"10.1.0.1:8080"}) {
+		t.Errorf("the Service whose build panicked: %v, want its last state (10.1.0.1:8080)", web)
+	}
+	if s.Services[spn("ns", "api", "http", tcp)] == nil {
+		t.Error("another Service changed in the same snapshot is missing")
+	}
+	if log.count("Service") != 1 {
+		t.Errorf("%d Service problems reported, want 1", log.count("Service"))
+	}
+	servicePortsHook = nil
+	tr.OnEndpointSlice(webSlice("web-1", "10.1.0.2"), webSlice("web-1", "10.1.0.3"))
+	s = only(tr.Snapshots())
+	if web := s.Services[spn("ns", "web", "http", tcp)]; web == nil || !slices.Equal(epAddrs(web.Endpoints), []string{"10.1.0.3:8080"}) {
+		t.Errorf("after its next change, the Service is %v, want 10.1.0.3:8080", web)
+	}
+}
+
+// TestTrackerPanicKeepsPendingChanges: when building a snapshot panics outside any one Service (the sync
+// loop recovers it and retries), the changes it had taken are not lost: the next snapshot has them, with
+// their trigger times.
+func TestTrackerPanicKeepsPendingChanges(t *testing.T) {
+	var boom atomic.Bool
+	tr := NewTracker(TrackerOptions{NodeName: thisNode, Families: []v1.IPFamily{v1.IPv4Protocol}, OnChange: func() {},
+		Problems: func(string) {
+			if boom.Load() {
+				panic("a bug in the problem sink")
+			}
+		}})
+	tr.start = time.Now().Add(-time.Hour)
+	tr.Snapshots()
+	tr.OnService(nil, webService())
+	es := webSlice("web-1", "10.1.0.1")
+	es.Annotations = map[string]string{AnnotationLastChangeTriggerTime: time.Now().Add(-time.Minute).Format(time.RFC3339Nano)}
+	tr.OnEndpointSlice(nil, es)
+	// An EndpointSlice without its Service is reported while the snapshot is built: here, a panic.
+	tr.OnEndpointSlice(nil, makeSlice("ns", "orphan", "orphan-1", ipv4, []slicePortSpec{sp("http", 80, tcp)}, epSpec{ip: "10.1.0.9"}))
+	boom.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Snapshots did not panic")
+			}
+		}()
+		tr.Snapshots()
+	}()
+	boom.Store(false)
+	if svc, eps := tr.Pending(); svc == 0 || eps == 0 {
+		t.Errorf("after the panic, pending changes: %d Services, %d endpoints; want them kept", svc, eps)
+	}
+	b := tr.Snapshots()
+	web := only(b).Services[spn("ns", "web", "http", tcp)]
+	if web == nil || !slices.Equal(epAddrs(web.Endpoints), []string{"10.1.0.1:8080"}) {
+		t.Errorf("after the panic, the next snapshot has web = %v, want 10.1.0.1:8080", web)
+	}
+	if len(b.Triggers[v1.IPv4Protocol]) != 1 {
+		t.Errorf("trigger times after the panic: %v, want the slice's", b.Triggers)
+	}
+}
