@@ -15,7 +15,6 @@ import (
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
-	"kube-proxy/rules/sysctl"
 	"kube-proxy/rules/xtables"
 )
 
@@ -100,12 +99,6 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 		icfg, err := iptables.ConfigFrom(cfg, family)
 		if err != nil {
 			return nil, err
-		}
-		if icfg.LocalhostNodePortsActive(&proxy.Node{}) {
-			// NodePorts on 127.0.0.1 need the kernel to route packets from loopback to other hosts.
-			if err := sysctl.Set("net/ipv4/conf/all/route_localnet", 1); err != nil {
-				klog.ErrorS(err, "NodePorts on localhost will not work")
-			}
 		}
 		metrics.SetBackend(string(backend), family)
 		if backend == xtables.BackendNFT {

@@ -16,7 +16,7 @@ type Config struct {
 	// masqueradeAll and the masquerade bit, local-traffic detection, the NodePort addresses, the node's
 	// primary IP and localhostNodePorts. LocalhostNodePorts lets NodePorts answer on 127.0.0.0/8 (IPv4
 	// only, and only when the NodePort addresses include loopback, as upstream); it needs the
-	// route_localnet sysctl, which rules.New sets.
+	// route_localnet sysctl, which the Dataplane sets before it first writes such rules.
 	proxy.Settings
 	// TCPBeLiberal is set when nf_conntrack_tcp_be_liberal is on: no DROP rule for ctstate INVALID.
 	TCPBeLiberal bool
@@ -46,7 +46,8 @@ func localArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
 
 // LocalhostNodePortsActive reports whether NodePorts answer on 127.0.0.0/8 for this configuration and node:
 // LocalhostNodePorts is set, the family is IPv4 and the NodePort addresses include IPv4 loopback. When it is
-// true the route_localnet sysctl must be 1 (upstream sets it at start-up).
+// true the route_localnet sysctl must be 1 (upstream sets it at start-up; the Dataplane, before it writes
+// the rules).
 func (c *Config) LocalhostNodePortsActive(node *proxy.Node) bool {
 	if !c.LocalhostNodePorts || c.Family != v1.IPv4Protocol {
 		return false

@@ -14,6 +14,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/sysctl"
 )
 
 // kernel is what the dataplane needs from the iptables tools; xtables.Runner implements it, and tests use
@@ -54,6 +55,9 @@ type Dataplane struct {
 	lastFull time.Time       // when the last full sync started
 	// chunkLines is Config.ChunkLines as the writer chose it for its backend; reloads keep it.
 	chunkLines int
+	// routeLocalnet is set once route_localnet has been turned on for localhost NodePorts (never off
+	// again, as upstream: something else on the node may rely on it by then).
+	routeLocalnet bool
 }
 
 // fullSyncEvery is how often a large ruleset is rewritten in full (upstream's FullSyncPeriod); smaller ones
@@ -96,6 +100,24 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	return nil
 }
 
+// sysctlRouteLocalnet lets the kernel route packets addressed to 127.0.0.0/8 that arrive from elsewhere,
+// or leave for elsewhere: what DNAT from a localhost NodePort to a pod needs.
+const sysctlRouteLocalnet = "net/ipv4/conf/all/route_localnet"
+
+// enableRouteLocalnet sets route_localnet, only when NodePorts are about to be served on 127.0.0.1 for the
+// node's resolved addresses (not for "primary", nor for CIDRs without loopback): opening 127.0.0.0/8 to
+// the network is a security matter (CVE-2020-8558), and the rules that drop martian loopback packets
+// come with it. A failure is logged, not fatal: every other NodePort still works.
+func (d *Dataplane) enableRouteLocalnet() {
+	if err := sysctl.Set(sysctlRouteLocalnet, 1); err != nil {
+		klog.ErrorS(err, "NodePorts on localhost will not work")
+		return
+	}
+	klog.InfoS("Set route_localnet=1 to serve NodePorts on localhost; to change this, disable "+
+		"iptables.localhostNodePorts or leave loopback out of nodePortAddresses", "ipFamily", d.family)
+	d.routeLocalnet = true
+}
+
 // Apply makes the kernel match snap: a partial write of the Services that changed since the last applied
 // snapshot, or everything when full is asked, after a failure, or when the rules were found removed.
 func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
@@ -133,6 +155,9 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			return err
 		}
 		prev = nil
+	}
+	if !d.routeLocalnet && cfg.LocalhostNodePortsActive(&snap.Node) {
+		d.enableRouteLocalnet()
 	}
 	changed := snap.Changes(last)
 	res, err := renderer.Render(snap, prev, full, existing)

@@ -21,6 +21,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/sysctl"
 )
 
 // fakeKernel is iptables backed by iptrace.Tables: restores and single-rule commands change its state the
@@ -663,4 +664,68 @@ func TestDataplaneChunkFailureKeepsMasquerade(t *testing.T) {
 		}
 		masqueraded(k, fmt.Sprintf("bit 13, transaction %d failed", failAfter+1))
 	}
+}
+
+// TestConfigFromFollowsTheKernelsTCPBeLiberal: the INVALID drop is left out whenever the kernel's
+// nf_conntrack_tcp_be_liberal is on, however it was set (as upstream), not only when the config sets it.
+func TestConfigFromFollowsTheKernelsTCPBeLiberal(t *testing.T) {
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	if got, err := ConfigFrom(c, v1.IPv4Protocol); err != nil || got.TCPBeLiberal {
+		t.Fatalf("with the sysctl 0 and the field false: TCPBeLiberal %v (%v)", got.TCPBeLiberal, err)
+	}
+	setFakeSysctl(sysctl.Root, sysctlTCPBeLiberal, "1")
+	t.Cleanup(func() { setFakeSysctl(sysctl.Root, sysctlTCPBeLiberal, "0") })
+	got, err := ConfigFrom(c, v1.IPv4Protocol)
+	if err != nil || !got.TCPBeLiberal {
+		t.Fatalf("with the sysctl set by someone else: TCPBeLiberal %v (%v), want true", got.TCPBeLiberal, err)
+	}
+	w := newWorld(t)
+	res, err := NewRenderer(got).Render(w.snapshot(), nil, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Payload), "INVALID") {
+		t.Error("the rules drop ctstate INVALID although nf_conntrack_tcp_be_liberal is on")
+	}
+}
+
+// TestDataplaneRouteLocalnet: route_localnet is turned on only when NodePorts are really served on
+// 127.0.0.1 for the node's resolved addresses: not for nodePortAddresses "primary" (CVE-2020-8558 class),
+// and as soon as a reload makes them served.
+func TestDataplaneRouteLocalnet(t *testing.T) {
+	ctx := context.Background()
+	setFakeSysctl(sysctl.Root, sysctlRouteLocalnet, "0") // other tests serve localhost NodePorts
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	c.NodePortAddresses = []string{"primary"}
+	cfg, err := ConfigFrom(c, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.LocalhostNodePorts {
+		t.Fatal("the default config does not have localhostNodePorts on")
+	}
+	dp, _ := newTestDataplane(t, newFakeKernel(), cfg)
+	w := newWorld(t)
+	w.tracker.OnNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "10.250.0.1"}}}})
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := fakeSysctl(t, sysctlRouteLocalnet); got != "0\n" {
+		t.Errorf("with nodePortAddresses primary, route_localnet = %q, want it left at 0", got)
+	}
+	c.NodePortAddresses = []string{"127.0.0.0/8", "primary"}
+	if err := dp.Reconfigure(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.Apply(ctx, w.snapshot(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := fakeSysctl(t, sysctlRouteLocalnet); got != "1" {
+		t.Errorf("after a reload that serves NodePorts on 127.0.0.1, route_localnet = %q, want 1", got)
+	}
+	setFakeSysctl(sysctl.Root, sysctlRouteLocalnet, "0")
 }
