@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -35,6 +36,9 @@ type slicePort struct {
 }
 
 // sliceService returns the Service an EndpointSlice belongs to (its kubernetes.io/service-name label).
+// errOtherProxy marks a slice of a Service that another proxy serves (service-proxy-name label).
+var errOtherProxy = errors.New("served by another proxy (" + LabelServiceProxyName + ")")
+
 func sliceService(es *discovery.EndpointSlice) (types.NamespacedName, error) {
 	name := es.Labels[discovery.LabelServiceName]
 	if name == "" {

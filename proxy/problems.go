@@ -40,6 +40,14 @@ func (r *problemReporter) skip(kind, object, problem string) {
 	}
 }
 
+// note logs, at -v=2 and rate-limited like skip, an object that is set aside for now without being wrong;
+// it is not counted.
+func (r *problemReporter) note(kind, object, what string) {
+	if klog.V(2).Enabled() && r.shouldLog(kind+" "+object+" "+what) {
+		klog.V(2).InfoS("Setting aside an API object for now", "kind", kind, "object", object, "reason", what)
+	}
+}
+
 func (r *problemReporter) shouldLog(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

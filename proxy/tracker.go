@@ -216,6 +216,12 @@ func (t *Tracker) ReplaceEndpointSlices(list []*discovery.EndpointSlice) {
 func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 	id := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	key, keyErr := sliceService(es)
+	// The EndpointSlice controller copies a Service's labels onto its slices: one labelled for another
+	// proxy belongs to a Service this one does not watch, and is ignored like it (not reported).
+	_, otherProxy := es.Labels[LabelServiceProxyName]
+	if otherProxy {
+		keyErr = errOtherProxy
+	}
 	var ps *parsedSlice
 	var problems []string
 	if keyErr == nil {
@@ -229,7 +235,7 @@ func (t *Tracker) setSlice(es *discovery.EndpointSlice) {
 		changed = true
 	}
 	if keyErr != nil {
-		if _, reported := t.unowned[id]; !reported {
+		if _, reported := t.unowned[id]; !reported && !otherProxy {
 			problems = []string{keyErr.Error()}
 		}
 		t.unowned[id] = struct{}{}
@@ -490,10 +496,11 @@ func (t *Tracker) Snapshots() Build {
 
 	for _, in := range inputs {
 		if in.svc == nil {
-			// Slices whose Service is unknown are kept (the Service may simply not have arrived yet, or
-			// was just deleted) but proxy nothing: the issue asks for one rate-limited line and a count.
+			// Slices whose Service is unknown are kept but proxy nothing. That is normal (the Service has
+			// not arrived yet, was just deleted, or is one this proxy does not watch: headless, another
+			// proxy's), so it is noted at -v=2, rate-limited, and not counted as an unusable object.
 			for _, ps := range in.slices {
-				t.report.skip("EndpointSlice", in.key.Namespace+"/"+ps.name, "no Service "+in.key.Name+" to proxy it for")
+				t.report.note("EndpointSlice", in.key.Namespace+"/"+ps.name, "no Service "+in.key.Name+" to proxy it for")
 			}
 		}
 	}

@@ -878,7 +878,7 @@ func TestTrackerPanicInOneServiceKeepsTheOthers(t *testing.T) {
 // their trigger times.
 func TestTrackerPanicKeepsPendingChanges(t *testing.T) {
 	var boom atomic.Bool
-	tr := NewTracker(TrackerOptions{NodeName: thisNode, Families: []v1.IPFamily{v1.IPv4Protocol}, OnChange: func() {},
+	tr := NewTracker(TrackerOptions{NodeName: thisNode, Families: []v1.IPFamily{v1.IPv4Protocol}, ExternalIPs: true, OnChange: func() {},
 		Problems: func(string) {
 			if boom.Load() {
 				panic("a bug in the problem sink")
@@ -890,8 +890,9 @@ func TestTrackerPanicKeepsPendingChanges(t *testing.T) {
 	es := webSlice("web-1", "10.1.0.1")
 	es.Annotations = map[string]string{AnnotationLastChangeTriggerTime: time.Now().Add(-time.Minute).Format(time.RFC3339Nano)}
 	tr.OnEndpointSlice(nil, es)
-	// An EndpointSlice without its Service is reported while the snapshot is built: here, a panic.
-	tr.OnEndpointSlice(nil, makeSlice("ns", "orphan", "orphan-1", ipv4, []slicePortSpec{sp("http", 80, tcp)}, epSpec{ip: "10.1.0.9"}))
+	// A Service with a bad external IP is reported while the snapshot is built: here the report panics,
+	// and so does the report of that panic, which escapes the Service's own recovery.
+	tr.OnService(nil, webService(func(s *v1.Service) { s.Name = "bad"; s.Spec.ExternalIPs = []string{"nope"} }))
 	boom.Store(true)
 	func() {
 		defer func() {
@@ -912,5 +913,35 @@ func TestTrackerPanicKeepsPendingChanges(t *testing.T) {
 	}
 	if len(b.Triggers[v1.IPv4Protocol]) != 1 {
 		t.Errorf("trigger times after the panic: %v, want the slice's", b.Triggers)
+	}
+}
+
+// TestTrackerQuietAboutSlicesOfServicesItDoesNotProxy: slices of another proxy's Service (the controller
+// copies the Service's service-proxy-name label onto them) and slices whose Service is not (yet) known
+// are not reported as unusable objects; a slice that gains the label leaves the Service it fed.
+func TestTrackerQuietAboutSlicesOfServicesItDoesNotProxy(t *testing.T) {
+	tr, _, log := newTestTracker(v1.IPv4Protocol)
+	tr.OnService(nil, webService())
+	tr.OnEndpointSlice(nil, webSlice("web-1", "10.1.0.1"))
+	other := makeSlice("ns", "mesh", "mesh-1", ipv4, []slicePortSpec{sp("http", 80, tcp)}, epSpec{ip: "10.1.0.2"})
+	other.Labels[LabelServiceProxyName] = "mesh-proxy"
+	tr.OnEndpointSlice(nil, other)
+	tr.OnEndpointSlice(nil, makeSlice("ns", "later", "later-1", ipv4, []slicePortSpec{sp("http", 80, tcp)}, epSpec{ip: "10.1.0.3"}))
+	s := only(tr.Snapshots())
+	if n := log.count("EndpointSlice"); n != 0 {
+		t.Errorf("%d EndpointSlice problems reported for slices of Services not proxied here, want 0", n)
+	}
+	if len(s.Services) != 1 {
+		t.Errorf("Services %v, want web only", s.Services)
+	}
+	moved := webSlice("web-1", "10.1.0.1")
+	moved.Labels[LabelServiceProxyName] = "mesh-proxy"
+	tr.OnEndpointSlice(webSlice("web-1", "10.1.0.1"), moved)
+	s = only(tr.Snapshots())
+	if web := s.Services[spn("ns", "web", "http", tcp)]; web == nil || len(web.Endpoints) != 0 {
+		t.Errorf("after its slice was labelled for another proxy, web = %+v, want no endpoints", web)
+	}
+	if n := log.count("EndpointSlice"); n != 0 {
+		t.Errorf("%d EndpointSlice problems reported, want 0", n)
 	}
 }
