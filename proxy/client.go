@@ -15,7 +15,9 @@ import (
 
 // NewClient builds the API client from clientConnection (and the --master override, which may be empty):
 // the kubeconfig file when one is named, otherwise the in-cluster service account (as in a DaemonSet).
+// Its requests are counted in the rest_client_* metrics that NewServer registers.
 func NewClient(cc config.ClientConnectionConfiguration, master, userAgent string) (kubernetes.Interface, error) {
+	installClientGoMetrics() // before the first transport is made, so that it is counted
 	var rc *rest.Config
 	var err error
 	switch {

@@ -46,6 +46,7 @@ type Server struct {
 func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, nodeName string,
 	registry *prometheus.Registry, dataplanes []FamilyDataplane) *Server {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerProcessMetrics(registry) // client-go's rest_client_* and kubernetes_build_info, as upstream
 	syncPeriod, minSyncPeriod := cfg.SyncPeriods()
 	gateOn := func(name string, def bool) bool {
 		if v, ok := cfg.FeatureGates[name]; ok {
