@@ -41,7 +41,7 @@ const Prefix = "KPVM "
 
 // CaseNames are the dataplane cases the agent knows, in the order it runs them.
 var CaseNames = []string{
-	"clusterip-rr", "nodeport", "udp", "sh", "dh", "lc", "sed", "nq", "mh", "schedulers", "affinity",
+	"clusterip-rr", "nodeport", "nodeport-new-address", "udp", "sh", "dh", "lc", "sed", "nq", "mh", "schedulers", "affinity",
 	"graceful", "externalip", "source-ranges", "etp-local-no-local", "itp-local-no-local", "repair", "ipv6",
 	"sysctls", "cleanup",
 }

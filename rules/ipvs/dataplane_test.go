@@ -471,3 +471,59 @@ func TestConflictHandover(t *testing.T) {
 	}
 	checkKernel(t, "after the handover", cfg, k, s2)
 }
+
+// TestWatchSyncsWhenTheNodesAddressesChange: an address added to a link of the node asks for a full sync
+// at once (only full syncs read the addresses), so NodePorts answer on it without waiting for the
+// periodic sync; notifications that change nothing the plan uses (an address on kube-ipvs0, the same
+// addresses) ask for nothing; after a failed subscription the addresses are compared again.
+func TestWatchSyncsWhenTheNodesAddressesChange(t *testing.T) {
+	k := newFakeKernel("192.168.0.10")
+	k.links.events, k.links.handled = make(chan error), make(chan struct{}, 1)
+	d := newTestDataplane(t, k, testConfig(v4), nil)
+	apply(t, d, snapshot(v4, nodeV4, webSvc("10.244.1.5:8080")), true)
+	watchRetry = 10 * time.Millisecond
+	t.Cleanup(func() { watchRetry = 5 * time.Second })
+	ctx, cancel := context.WithCancel(context.Background())
+	syncs := make(chan bool, 10)
+	done := make(chan struct{})
+	go func() { d.Watch(ctx, time.Hour, func(full bool) { syncs <- full }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	notify := func() { k.links.events <- nil; <-k.links.handled }
+	none := func(what string) {
+		t.Helper()
+		select {
+		case full := <-syncs:
+			t.Errorf("%s: a sync (full=%v) was asked for", what, full)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	notify()
+	none("a notification without a change")
+	k.links.links[DummyLink][netip.MustParseAddr("10.96.0.99")] = true
+	notify()
+	none("an address added to kube-ipvs0")
+
+	k.links.links["eth0"][netip.MustParseAddr("192.168.0.11")] = true
+	notify()
+	select {
+	case full := <-syncs:
+		if !full {
+			t.Error("a new node address asked for a partial sync; only a full one reads the addresses")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a new node address asked for no sync")
+	}
+	apply(t, d, snapshot(v4, nodeV4, webSvc("10.244.1.5:8080")), true)
+	if !d.en.isLocal(netip.MustParseAddr("192.168.0.11")) {
+		t.Fatal("the full sync did not take the new address")
+	}
+
+	delete(k.links.links["eth0"], netip.MustParseAddr("192.168.0.11"))
+	k.links.events <- errors.New("netlink: no buffer space")
+	select {
+	case <-syncs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("after a failed subscription, a change made meanwhile asked for no sync")
+	}
+}

@@ -25,7 +25,8 @@
 //   - NodePorts are served on the node's addresses that nodePortAddresses selects (all when it is empty),
 //     never on 127.0.0.0/8 or ::1 — like upstream's IPVS mode, and unlike iptables mode's
 //     localhostNodePorts: IPVS cannot return replies from a pod to a loopback source. Partial syncs use the
-//     addresses read at the last full sync, so a new node address gets its NodePorts within syncPeriod.
+//     addresses read at the last full sync; Watch asks for a full sync when they change, so a new node
+//     address gets its NodePorts at once.
 //   - Local traffic policies follow iptables mode rather than upstream's IPVS mode, which falls back to all
 //     endpoints when there is no local one. internalTrafficPolicy Local without local endpoints: the
 //     cluster IP has no real servers, and traffic to it from pods is dropped through our own set

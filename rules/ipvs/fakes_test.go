@@ -268,6 +268,10 @@ func (f *fakeSets) delEntry(name, typ string, e entry) error {
 // fakeLinks are the node's links and addresses.
 type fakeLinks struct {
 	links map[string]map[netip.Addr]bool
+	// events, when set, stands for the kernel's address notifications: watchAddrs calls changed for
+	// every nil received (then sends on handled), and fails with a non-nil one.
+	events  chan error
+	handled chan struct{}
 }
 
 func newFakeLinks(eth0 ...string) *fakeLinks {
@@ -330,6 +334,21 @@ func (f *fakeLinks) delAddr(link string, a netip.Addr) error {
 	}
 	delete(l, a)
 	return nil
+}
+
+func (f *fakeLinks) watchAddrs(ctx context.Context, _ v1.IPFamily, changed func()) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-f.events:
+			if err != nil {
+				return err
+			}
+			changed()
+			f.handled <- struct{}{}
+		}
+	}
 }
 
 func (f *fakeLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Addr, error) {

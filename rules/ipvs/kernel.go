@@ -74,6 +74,9 @@ type linkHandle interface {
 	delAddr(link string, a netip.Addr) error
 	// localAddrs lists the node's addresses of a family on every link but except.
 	localAddrs(family v1.IPFamily, except string) ([]netip.Addr, error)
+	// watchAddrs calls changed whenever an address of family is added or removed on any link, until ctx is
+	// done (nil) or the subscription fails (its error; events may have been lost then).
+	watchAddrs(ctx context.Context, family v1.IPFamily, changed func()) error
 }
 
 // rulesHandle writes the iptables rules of one family.

@@ -397,6 +397,39 @@ func (l *kernelLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Add
 	return out, nil
 }
 
+func (l *kernelLinks) watchAddrs(ctx context.Context, family v1.IPFamily, changed func()) error {
+	updates := make(chan netlink.AddrUpdate, 256)
+	failed := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	err := netlink.AddrSubscribeWithOptions(updates, done, netlink.AddrSubscribeOptions{
+		ErrorCallback: func(err error) {
+			select {
+			case failed <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("subscribing to address changes: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-failed:
+			return fmt.Errorf("watching address changes: %w", err)
+		case u, ok := <-updates:
+			if !ok {
+				return errors.New("watching address changes: the subscription ended")
+			}
+			if ip, ok := netip.AddrFromSlice(u.LinkAddress.IP); ok && familyOf(ip.Unmap()) == family {
+				changed()
+			}
+		}
+	}
+}
+
 // kernelRules writes iptables rules through rules/xtables.
 type kernelRules struct{ r *xtables.Runner }
 

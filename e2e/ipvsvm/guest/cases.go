@@ -282,6 +282,52 @@ var cases = map[string]func(*env) error{
 		e.note("rr %s", h)
 		return nil
 	},
+	// An address added to the node's link is served at once: the dataplane's watch asks for a full sync
+	// (only full syncs read the node's addresses) without waiting for the periodic one (an hour here).
+	"nodeport-new-address": func(e *env) error {
+		e.reset()
+		e.set(web)
+		if err := e.sync(true); err != nil {
+			return err
+		}
+		const newIP = "10.250.0.77"
+		ctx, cancel := context.WithCancel(e.ctx)
+		synced, done := make(chan error, 8), make(chan struct{})
+		go func() {
+			e.dp.Watch(ctx, time.Hour, func(full bool) {
+				select {
+				case synced <- e.sync(full):
+				default:
+				}
+			})
+			close(done)
+		}()
+		defer func() { cancel(); <-done }()
+		defer func() { _ = sh("ip", "addr", "del", newIP+"/24", "dev", "vc1") }()
+		time.Sleep(200 * time.Millisecond) // subscribed
+		start := time.Now()
+		if err := sh("ip", "addr", "add", newIP+"/24", "dev", "vc1"); err != nil {
+			return err
+		}
+		select {
+		case err := <-synced:
+			if err != nil {
+				return fmt.Errorf("the sync the new address asked for: %w", err)
+			}
+		case <-time.After(5 * time.Second):
+			return errors.New("adding an address to the node asked for no sync within 5 s")
+		}
+		took := time.Since(start)
+		h, err := hit("client", "tcp", addr(newIP, 30080), 6, dialTimeout)
+		if err != nil {
+			return err
+		}
+		if err := expect("node port on the new address", h, nil); err != nil {
+			return err
+		}
+		e.note("node port served on an added address %v after it appeared: %s", took.Round(time.Millisecond), h)
+		return nil
+	},
 	// The node port on the node's address; the node masquerades it.
 	"nodeport": func(e *env) error {
 		h, err := hit("client", "tcp", addr(ipvsvm.NodeIP, 30080), 12, dialTimeout)
