@@ -89,6 +89,7 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 
 func reload(ctx context.Context, n *Notifier, h Hooks, dir string) {
 	n.Reloading()
+	waiting := TakeReloadRequests(dir)
 	st := h.Reload(ctx)
 	status := h.Status()
 	if st.Result != ReloadApplied {
@@ -97,6 +98,9 @@ func reload(ctx context.Context, n *Notifier, h Hooks, dir string) {
 	n.Ready(status)
 	if err := WriteReloadStatus(dir, st); err != nil {
 		klog.ErrorS(err, "Recording the reload outcome")
+	}
+	if err := AnswerReloadRequests(dir, waiting, st); err != nil {
+		klog.ErrorS(err, "Answering the waiting reload helpers")
 	}
 }
 

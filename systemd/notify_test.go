@@ -174,3 +174,58 @@ func TestReloadStatusRoundTripAndReset(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReloadNeverReportsAnEarlierReload: a helper that gave up on a slow reload leaves that reload running;
+// the next helper must get the outcome of a reload that started after it asked, not the slow one's.
+func TestReloadNeverReportsAnEarlierReload(t *testing.T) {
+	dir := t.TempDir()
+	if err := ResetReloadStatus(dir); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 2)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	slowTaken, release := make(chan struct{}), make(chan struct{})
+	daemonDone := make(chan struct{})
+	// A stand-in daemon, reloading as lifecycle.reload does: the first reload is slow and finds the file
+	// invalid; the second applies.
+	go func() {
+		defer close(daemonDone)
+		for gen := uint64(1); gen <= 2; gen++ {
+			<-hup
+			ids := TakeReloadRequests(dir)
+			st := ReloadStatus{Generation: gen, Result: ReloadApplied}
+			if gen == 1 {
+				close(slowTaken)
+				<-release
+				st.Result, st.Message = ReloadInvalid, "line 3: an old mistake"
+			}
+			if err := WriteReloadStatus(dir, st); err != nil {
+				t.Error(err)
+			}
+			if err := AnswerReloadRequests(dir, ids, st); err != nil {
+				t.Error(err)
+			}
+			time.Sleep(100 * time.Millisecond) // between reloads, the outcome is there to be read
+		}
+	}()
+	err := ReloadAndWait(os.Getpid(), dir, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Fatalf("the slow reload: %v, want a timeout", err)
+	}
+	<-slowTaken
+	second := make(chan error, 1)
+	go func() { second <- ReloadAndWait(os.Getpid(), dir, 5*time.Second) }()
+	time.Sleep(50 * time.Millisecond) // the second helper waits while the slow reload ends
+	close(release)
+	if err := <-second; err != nil {
+		t.Errorf("the second reload reported %v; want its own outcome (applied), not the earlier reload's", err)
+	}
+	<-daemonDone
+	entries, _ := os.ReadDir(filepath.Join(dir, reloadRequestsDir))
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), doneSuffix) {
+			t.Errorf("request %s left behind", e.Name())
+		}
+	}
+}
