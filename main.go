@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,7 +53,7 @@ func main() {
 		fmt.Printf("kube-proxy %s (commit %s)\n", version, commit)
 		os.Exit(0)
 	}
-	cfg, err := opts.Complete(fs)
+	cfg, warnings, err := opts.Complete(fs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube-proxy: invalid configuration:\n"+err.Error())
 		os.Exit(1)
@@ -68,6 +69,7 @@ func main() {
 		systemd.UseJournalPriorities(klogFlags)
 	}
 	defer klog.Flush()
+	logConfigWarnings(warnings)
 	if opts.WriteConfigTo != "" {
 		b, err := config.Marshal(cfg)
 		exitOn(err)
@@ -117,8 +119,12 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		Status: srv.Status,
 		Done:   done,
 		Reload: func(ctx context.Context) systemd.ReloadStatus {
-			next, loadErr := opts.Complete(fs)
+			next, warnings, loadErr := opts.Complete(fs)
+			logConfigWarnings(warnings)
 			r := srv.Reload(ctx, next, loadErr, setVerbosity)
+			if r.Result == "applied" && len(warnings) > 0 {
+				r.Message += "; " + warningsText(warnings)
+			}
 			return systemd.ReloadStatus{Generation: r.Generation, Result: r.Result, Message: r.Message}
 		},
 	})
@@ -128,6 +134,23 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	case <-time.After(1500 * time.Millisecond):
 	}
 	return err
+}
+
+// logConfigWarnings logs what the configuration sets that loads but does nothing or will stop working:
+// fields of older releases, GA or deprecated feature gates.
+func logConfigWarnings(warnings []*config.FieldError) {
+	for _, w := range warnings {
+		klog.InfoS("Warning: configuration setting ignored or going away", "warning", w.Error())
+	}
+}
+
+// warningsText is the warnings on one line, for a reload's reply.
+func warningsText(warnings []*config.FieldError) string {
+	parts := make([]string, len(warnings))
+	for i, w := range warnings {
+		parts[i] = w.Error()
+	}
+	return "warnings: " + strings.Join(parts, "; ")
 }
 
 func exitOn(err error) {

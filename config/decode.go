@@ -66,21 +66,35 @@ func Load(file string) (*KubeProxyConfiguration, error) {
 // empty file is an error. Values are read with upstream's YAML 1.1 rules (so
 // "masqueradeAll: yes" is true), field names are case-sensitive, and an
 // unknown or repeated field is an error (upstream only warns about those; a
-// mistyped field silently doing nothing is worse for a node daemon). JSON is
-// accepted too. The returned error joins one *FieldError per problem.
+// mistyped field silently doing nothing is worse for a node daemon). The
+// exceptions are the fields older v1alpha1 releases had (removedFields), which
+// upstream still loads and ignores: they are ignored here too, with a warning.
+// JSON is accepted too. The returned error joins one *FieldError per problem.
+//
+// Decode drops the warnings (ignored fields, GA or deprecated feature gates);
+// Options.Complete returns them.
 func Decode(file string, data []byte) (*KubeProxyConfiguration, error) {
-	c, lines, errs := decode(file, data)
+	c, _, err := decodeFile(file, data)
+	return c, err
+}
+
+// decodeFile is Decode that also returns the warnings, each a *FieldError
+// with file and line.
+func decodeFile(file string, data []byte) (*KubeProxyConfiguration, []*FieldError, error) {
+	c, lines, errs, warns := decode(file, data)
 	if len(errs) == 0 {
-		errs = c.validate()
-		for _, e := range errs {
+		var more []*FieldError
+		errs, more = c.validate()
+		warns = append(warns, more...)
+		for _, e := range append(errs, more...) {
 			e.File = file
 			e.Line = lines.lineFor(e.Field)
 		}
 	}
 	if len(errs) > 0 {
-		return nil, joinFieldErrors(errs)
+		return nil, nil, joinFieldErrors(errs)
 	}
-	return c, nil
+	return c, warns, nil
 }
 
 // Marshal encodes c as YAML with apiVersion and kind, in the form
@@ -170,10 +184,11 @@ func indexPath(parent string, i int) string {
 }
 
 // decode parses and defaults without validating. It returns the line index
-// for error positions and the problems found.
-func decode(file string, data []byte) (*KubeProxyConfiguration, lineIndex, []*FieldError) {
-	fail := func(line int, field, msg string) (*KubeProxyConfiguration, lineIndex, []*FieldError) {
-		return nil, nil, []*FieldError{{File: file, Line: line, Field: field, Msg: msg}}
+// for error positions, the problems found and the warnings about ignored
+// fields.
+func decode(file string, data []byte) (c *KubeProxyConfiguration, lines lineIndex, errs, warns []*FieldError) {
+	fail := func(line int, field, msg string) (*KubeProxyConfiguration, lineIndex, []*FieldError, []*FieldError) {
+		return nil, nil, []*FieldError{{File: file, Line: line, Field: field, Msg: msg}}, nil
 	}
 
 	// The node tree gives line numbers, syntax errors with positions,
@@ -191,7 +206,7 @@ func decode(file string, data []byte) (*KubeProxyConfiguration, lineIndex, []*Fi
 		ix.errs[i].File = file
 	}
 	if len(ix.errs) > 0 {
-		return nil, nil, ix.errs
+		return nil, nil, ix.errs, nil
 	}
 
 	// Values are read the way upstream reads them: YAML (1.1, via the same
@@ -209,7 +224,6 @@ func decode(file string, data []byte) (*KubeProxyConfiguration, lineIndex, []*Fi
 		return fail(1, "", fmt.Sprintf("the top level must be a mapping with apiVersion: %s and kind: %s, got %s", APIVersion, Kind, describeJSON(root)))
 	}
 
-	var errs []*FieldError
 	want := fmt.Sprintf("want apiVersion: %s with kind: %s", APIVersion, Kind)
 	for _, tm := range []struct{ field, value string }{{"apiVersion", APIVersion}, {"kind", Kind}} {
 		v, present := top[tm.field]
@@ -221,20 +235,20 @@ func decode(file string, data []byte) (*KubeProxyConfiguration, lineIndex, []*Fi
 		}
 	}
 	if len(errs) > 0 {
-		return nil, nil, errs
+		return nil, nil, errs, nil
 	}
 
-	c := &KubeProxyConfiguration{}
+	c = &KubeProxyConfiguration{}
 	w := &walker{lines: ix.lines}
 	w.value(top, reflect.ValueOf(c).Elem(), "")
+	for _, e := range append(w.errs, w.warns...) {
+		e.File = file
+	}
 	if len(w.errs) > 0 {
-		for _, e := range w.errs {
-			e.File = file
-		}
-		return nil, nil, w.errs
+		return nil, nil, w.errs, nil
 	}
 	SetDefaults(c)
-	return c, ix.lines, nil
+	return c, ix.lines, nil, w.warns
 }
 
 // parseNodes parses the first YAML document into a node tree and rejects a
@@ -407,10 +421,15 @@ func jsonFields(t reflect.Type) []jsonField {
 type walker struct {
 	lines lineIndex
 	errs  []*FieldError
+	warns []*FieldError
 }
 
 func (w *walker) fail(path, msg string) {
 	w.errs = append(w.errs, &FieldError{Line: w.lines.lineFor(path), Field: path, Msg: msg})
+}
+
+func (w *walker) warn(path, msg string) {
+	w.warns = append(w.warns, &FieldError{Line: w.lines.lineFor(path), Field: path, Msg: msg})
 }
 
 // sortedKeys returns the keys of m in the order they appear in the file.
@@ -458,6 +477,11 @@ func (w *walker) value(j any, v reflect.Value, path string) {
 			p := joinPath(path, k)
 			f, ok := findField(fields, k)
 			if !ok {
+				if why, removed := removedFields[p]; removed {
+					// Not decoded: upstream does not read the value either.
+					w.warn(p, "ignored: "+why)
+					continue
+				}
 				w.fail(p, unknownFieldMsg(fields, k, path))
 				continue
 			}
@@ -466,7 +490,12 @@ func (w *walker) value(j any, v reflect.Value, path string) {
 	case reflect.Map:
 		m, ok := j.(map[string]any)
 		if !ok {
-			w.fail(path, fmt.Sprintf("got %s, want a mapping", describeJSON(j)))
+			msg := fmt.Sprintf("got %s, want a mapping", describeJSON(j))
+			if _, isString := j.(string); isString && path == "featureGates" {
+				// kube-proxy 1.9 and 1.10 wrote the gates as one string; upstream refuses that too.
+				msg += " of gate names to true or false, such as {NFTablesProxyMode: true} (the comma-separated string is the format of v1.10 and older)"
+			}
+			w.fail(path, msg)
 			return
 		}
 		out := reflect.MakeMapWithSize(t, len(m))
@@ -504,6 +533,22 @@ func findField(fields []jsonField, name string) (jsonField, bool) {
 		}
 	}
 	return jsonField{}, false
+}
+
+// removedFields are the fields that earlier releases of
+// kubeproxy.config.k8s.io/v1alpha1 had and that upstream v1.37 still loads
+// (its lenient decoding drops every unknown field with a log line), keyed by
+// JSON path, with why they are gone. They load here with a warning naming the
+// field and its line, and their values are not read, as upstream's are not.
+// A field that never existed stays an error.
+var removedFields = map[string]string{
+	"resourceContainer":      "removed in v1.16 (kube-proxy no longer moves itself into a container of its own)",
+	"udpIdleTimeout":         "removed in v1.26 with the userspace proxy mode",
+	"udpTimeoutMilliseconds": "the v1.9 name of udpIdleTimeout, which was removed in v1.26 with the userspace proxy mode",
+	"conntrack.max":          "removed in v1.16; the limit is conntrack.maxPerCore times the number of CPUs, at least conntrack.min",
+	// Not a field of any version: upstream added its lenient decoding so that
+	// tools such as kustomize can give the object a name.
+	"metadata": "KubeProxyConfiguration has no metadata; upstream ignores it so that tools such as kustomize can name the object",
 }
 
 // movedFields are fields of other kube-proxy config versions that people copy

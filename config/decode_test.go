@@ -163,6 +163,13 @@ func TestUpstreamConfigsLoad(t *testing.T) {
 			c.Conntrack.TCPCloseWaitTimeout = &metav1.Duration{}
 		},
 	}, {
+		// Fields of older releases are ignored (TestRemovedFields checks the warnings).
+		file: "kubeadm-v1.15-config.conf.yaml",
+		want: func(c *KubeProxyConfiguration) {
+			c.ClientConnection.Kubeconfig = "/var/lib/kube-proxy/kubeconfig.conf"
+			c.ClusterCIDR = "10.244.0.0/16"
+		},
+	}, {
 		file: "ipvs.yaml",
 		want: func(c *KubeProxyConfiguration) {
 			c.ClientConnection.Kubeconfig = "/var/lib/kube-proxy/kubeconfig"
@@ -333,6 +340,110 @@ func checkErrors(t *testing.T, err error, file string, want []wantErr) {
 	}
 }
 
+// TestRemovedFields: fields that older v1alpha1 releases had, which upstream
+// v1.37 still loads and ignores, load with a warning naming the field and its
+// line, whatever their value (upstream does not read it); a field that never
+// existed, at that place, stays an error.
+func TestRemovedFields(t *testing.T) {
+	tests := []struct {
+		name  string
+		data  string // after the header
+		warns []wantErr
+		errs  []wantErr
+	}{{
+		name:  "udpIdleTimeout",
+		data:  "udpIdleTimeout: 250ms\n",
+		warns: []wantErr{{3, "udpIdleTimeout", "ignored: removed in v1.26 with the userspace proxy mode"}},
+	}, {
+		name:  "its v1.9 name, and a value that is no duration",
+		data:  "udpTimeoutMilliseconds: 250\n",
+		warns: []wantErr{{3, "udpTimeoutMilliseconds", "the v1.9 name of udpIdleTimeout"}},
+	}, {
+		name:  "resourceContainer",
+		data:  "mode: iptables\nresourceContainer: /kube-proxy\n",
+		warns: []wantErr{{4, "resourceContainer", "removed in v1.16"}},
+	}, {
+		name:  "conntrack.max beside the fields that replaced it",
+		data:  "conntrack:\n  max: 0\n  maxPerCore: 0\n",
+		warns: []wantErr{{4, "conntrack.max", "conntrack.maxPerCore"}},
+	}, {
+		name:  "portRange is still a field, and upstream reads nothing from it",
+		data:  "portRange: 100-\n",
+		warns: []wantErr{{3, "portRange", "ignored: it configured the userspace proxy mode"}},
+	}, {
+		name: "an empty portRange is quiet",
+		data: "portRange: \"\"\n",
+	}, {
+		name:  "metadata, which kustomize adds",
+		data:  "metadata:\n  name: kube-proxy\n",
+		warns: []wantErr{{3, "metadata", "kustomize"}},
+	}, {
+		name: "a field that never existed is still an error, the removed ones are not",
+		data: "udpIdleTimeout: 1s\nbogusField: 1\nresourceContainer: \"\"\n",
+		errs: []wantErr{{4, "bogusField", "unknown field"}},
+	}, {
+		name: "a removed field at a place it never was",
+		data: "iptables:\n  udpIdleTimeout: 1s\n",
+		errs: []wantErr{{4, "iptables.udpIdleTimeout", "unknown field"}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, warns, err := decodeFile("old.yaml", []byte(header+tt.data))
+			if tt.errs != nil {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				checkErrors(t, err, "old.yaml", tt.errs)
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if c == nil {
+				t.Fatal("no config")
+			}
+			checkFieldErrors(t, "warning", warns, "old.yaml", tt.warns)
+		})
+	}
+
+	// A whole ConfigMap of that era, through Complete as main loads it.
+	path := filepath.Join("testdata", "kubeadm-v1.15-config.conf.yaml")
+	o, fs := newFlagSet(t)
+	if err := fs.Parse([]string{"--config=" + path}); err != nil {
+		t.Fatal(err)
+	}
+	_, warns, err := o.Complete(fs)
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	checkFieldErrors(t, "warning", warns, path, []wantErr{
+		{14, "conntrack.max", "removed in v1.16"},
+		{38, "resourceContainer", "removed in v1.16"},
+		{39, "udpIdleTimeout", "removed in v1.26"},
+	})
+}
+
+// TestLoggingOptionWarnings: output options that cannot act load, as upstream
+// loads them, with a warning saying why they do nothing.
+func TestLoggingOptionWarnings(t *testing.T) {
+	gate := "featureGates: {LoggingAlphaOptions: true}\n"
+	tests := []struct {
+		data  string
+		warns []wantErr
+	}{
+		{gate + "logging: {format: text, options: {text: {splitStream: true, infoBufferSize: 64Ki}}}\n", nil},
+		{gate + "logging:\n  options:\n    json: {splitStream: true}\n", []wantErr{{6, "logging.options.json", "apply to log format json, and logging.format is text"}}},
+		{gate + "logging:\n  options:\n    text: {infoBufferSize: 1Mi}\n", []wantErr{{6, "logging.options.text.infoBufferSize", "only with splitStream: true"}}},
+	}
+	for _, tt := range tests {
+		_, warns, err := decodeFile("log.yaml", []byte(header+tt.data))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.data, err)
+		}
+		checkFieldErrors(t, "warning", warns, "log.yaml", tt.warns)
+	}
+}
+
 // TestDecodeErrors checks that every problem names the file, the field path
 // and the line. Bodies start on line 3, after the header.
 func TestDecodeErrors(t *testing.T) {
@@ -386,7 +497,6 @@ func TestDecodeErrors(t *testing.T) {
 			{4, "logging.format", `unsupported log format "xml"`}, {5, "logging.vmodule", "only supported with the text"}, {6, "logging.vmodule[0].filePattern", "must not contain"}}},
 		{"alpha logging options need the gate", "logging:\n  options:\n    text:\n      splitStream: true\n", false, []wantErr{{6, "logging.options.text.splitStream", "LoggingAlphaOptions"}}},
 		{"client negatives", "clientConnection:\n  qps: -1\n  burst: -1\n", false, []wantErr{{4, "clientConnection.qps", "negative"}, {5, "clientConnection.burst", "negative"}}},
-		{"portRange syntax", "portRange: 100-\n", false, []wantErr{{3, "portRange", "not a port range"}}},
 		{"showHiddenMetricsForVersion", "showHiddenMetricsForVersion: \"1.30\"\n", false, []wantErr{{3, "showHiddenMetricsForVersion", `"1.36"`}}},
 
 		{"empty file", "", true, []wantErr{{0, "", "empty"}}},

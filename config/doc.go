@@ -9,6 +9,12 @@
 // is an error naming the file, the JSON field path (for example
 // "iptables.minSyncPeriod" or "nodePortAddresses[1]") and, where it is known,
 // the line. All problems are reported together (errors.Join of *FieldError).
+// The exceptions, as upstream loads them too, are the fields older v1alpha1
+// releases had (udpIdleTimeout, resourceContainer, conntrack.max, ...): they
+// are ignored with a warning in the same form. Feature gates are checked
+// against upstream v1.37.2's gates (features_list.go) the way upstream checks
+// them: unknown names, locked gates set to their other value and disabled
+// dependencies are errors.
 //
 // Defaults are upstream's v1alpha1 defaults plus upstream's Linux platform
 // defaults (mode iptables, detectLocalMode ClusterCIDR), with one addition:

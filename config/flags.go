@@ -265,23 +265,27 @@ func changed(fs *pflag.FlagSet, name string) bool {
 // explicitly on fs copied over it, then validation. Flag values are applied
 // after defaulting, so an explicit zero such as --iptables-min-sync-period=0
 // is kept. Problems come as one error joining *FieldError values; those of
-// fields set by a flag name the flag instead of a file line.
+// fields set by a flag name the flag instead of a file line. The warnings are
+// about settings that load but do nothing or will stop working (fields older
+// releases had, GA or deprecated feature gates), in the same form; the caller
+// logs them.
 //
 // Complete does not change o and may be called again, for example on SIGHUP.
-func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, error) {
+func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, []*FieldError, error) {
 	var (
 		c     *KubeProxyConfiguration
 		lines lineIndex
+		warns []*FieldError
 	)
 	if o.ConfigFile != "" {
 		data, err := os.ReadFile(o.ConfigFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading kube-proxy config: %w", err)
+			return nil, nil, fmt.Errorf("reading kube-proxy config: %w", err)
 		}
 		var errs []*FieldError
-		c, lines, errs = decode(o.ConfigFile, data)
+		c, lines, errs, warns = decode(o.ConfigFile, data)
 		if len(errs) > 0 {
-			return nil, joinFieldErrors(errs)
+			return nil, nil, joinFieldErrors(errs)
 		}
 	} else {
 		c = Default()
@@ -290,8 +294,9 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, error) {
 	bySet, errs := o.applyFlags(fs, c)
 	c.applyPlatformDefaults()
 	if len(errs) == 0 {
-		errs = c.validate()
-		for _, e := range errs {
+		var more []*FieldError
+		errs, more = c.validate()
+		for _, e := range append(errs, more...) {
 			if flag := flagFor(bySet, e.Field); flag != "" {
 				e.Msg += " (set by --" + flag + ")"
 				continue
@@ -301,11 +306,12 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, error) {
 				e.Line = lines.lineFor(e.Field)
 			}
 		}
+		warns = append(warns, more...)
 	}
 	if len(errs) > 0 {
-		return nil, joinFieldErrors(errs)
+		return nil, nil, joinFieldErrors(errs)
 	}
-	return c, nil
+	return c, warns, nil
 }
 
 // flagFor returns the flag that set field or one of its ancestors.
@@ -350,7 +356,10 @@ func (o *Options) applyFlags(fs *pflag.FlagSet, c *KubeProxyConfiguration) (map[
 			}
 			for k, v := range o.flags.FeatureGates {
 				c.FeatureGates[k] = v
+				// Per gate, so that a problem of a gate the file set names the file.
+				bySet[joinPath(ff.field, k)] = ff.flag
 			}
+			continue
 		case "v":
 			lvl, err := strconv.ParseUint(fs.Lookup("v").Value.String(), 10, 32)
 			if err != nil {

@@ -43,7 +43,7 @@ func TestFlagOverrides(t *testing.T) {
 hostnameOverride: file-node
 mode: iptables
 iptables: {syncPeriod: 20s, minSyncPeriod: 2s}
-featureGates: {A: true, B: true}
+featureGates: {KubeProxyNFTablesLocalhostNodePorts: true, ContextualLogging: true}
 nodePortAddresses: [primary]
 logging: {vmodule: [{filePattern: file, verbosity: 1}]}
 `
@@ -65,7 +65,7 @@ logging: {vmodule: [{filePattern: file, verbosity: 1}]}
 		name: "flags win over the file",
 		file: file,
 		args: []string{"--hostname-override= Node-B ", "--kubeconfig=/from/flag", "--iptables-sync-period=45s",
-			"--feature-gates=B=false,C=true", "--nodeport-addresses=10.0.0.0/8,localhost", "--masquerade-all",
+			"--feature-gates=ContextualLogging=false,LoggingAlphaOptions=true", "--nodeport-addresses=10.0.0.0/8,localhost", "--masquerade-all",
 			"--healthz-bind-address=127.0.0.1", "--metrics-bind-address=[::1]:9999", "--conntrack-max-per-core=0"},
 		check: func(t *testing.T, c *KubeProxyConfiguration) {
 			if c.HostnameOverride != "node-b" {
@@ -77,7 +77,7 @@ logging: {vmodule: [{filePattern: file, verbosity: 1}]}
 			if c.IPTables.SyncPeriod.Duration != 45*time.Second || c.IPTables.MinSyncPeriod.Duration != 2*time.Second {
 				t.Errorf("iptables periods = %v %v, want 45s 2s", c.IPTables.SyncPeriod, c.IPTables.MinSyncPeriod)
 			}
-			if diff := cmp.Diff(map[string]bool{"A": true, "B": false, "C": true}, c.FeatureGates); diff != "" {
+			if diff := cmp.Diff(map[string]bool{"KubeProxyNFTablesLocalhostNodePorts": true, "ContextualLogging": false, "LoggingAlphaOptions": true}, c.FeatureGates); diff != "" {
 				t.Errorf("featureGates (-want +got):\n%s", diff)
 			}
 			if !slices.Equal(c.NodePortAddresses, []string{"10.0.0.0/8", "localhost"}) || !c.IPTables.MasqueradeAll {
@@ -155,7 +155,7 @@ logging: {vmodule: [{filePattern: file, verbosity: 1}]}
 			if err := fs.Parse(args); err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			c, err := o.Complete(fs)
+			c, _, err := o.Complete(fs)
 			if err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
@@ -184,6 +184,8 @@ func TestFlagErrors(t *testing.T) {
 			want: []wantErr{{0, "iptables.masqueradeBit", "(set by --iptables-masquerade-bit)"}}},
 		{name: "kernelspace from a flag", args: []string{"--proxy-mode=kernelspace"},
 			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs or nftables (set by --proxy-mode)"}}},
+		{name: "a flush frequency of 0, as upstream", args: []string{"--log-flush-frequency=0"},
+			want: []wantErr{{0, "logging.flushFrequency", "must be greater than 0 (set by --log-flush-frequency)"}}},
 		{name: "blank hostname", args: []string{"--hostname-override=   "},
 			want: []wantErr{{0, "hostnameOverride", "must not be blank (set by --hostname-override)"}}},
 		{name: "bad list element from a flag", args: []string{"--nodeport-addresses=primary,10.0.0.1"},
@@ -214,7 +216,7 @@ func TestFlagErrors(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			_, err = o.Complete(fs)
+			_, _, err = o.Complete(fs)
 			if err == nil {
 				t.Fatal("Complete: no error")
 			}
@@ -281,7 +283,7 @@ func TestWriteConfigRoundTrip(t *testing.T) {
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	c, err := o.Complete(fs)
+	c, _, err := o.Complete(fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,27 +314,27 @@ func TestWriteConfigRoundTrip(t *testing.T) {
 func TestCompleteRepeatable(t *testing.T) {
 	o, fs := newFlagSet(t)
 	path := writeFile(t, header+"iptables: {syncPeriod: 10s}\n")
-	if err := fs.Parse([]string{"--config=" + path, "--feature-gates=GateX=true", "--hostname-override=n1"}); err != nil {
+	if err := fs.Parse([]string{"--config=" + path, "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=true", "--hostname-override=n1"}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := o.Complete(fs)
+	first, _, err := o.Complete(fs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(header+"iptables: {syncPeriod: 20s}\nfeatureGates: {GateY: true}\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(header+"iptables: {syncPeriod: 20s}\nfeatureGates: {LoggingAlphaOptions: true}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	second, err := o.Complete(fs)
+	second, _, err := o.Complete(fs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.IPTables.SyncPeriod.Duration != 10*time.Second || second.IPTables.SyncPeriod.Duration != 20*time.Second {
 		t.Errorf("sync periods %v then %v, want 10s then 20s", first.IPTables.SyncPeriod, second.IPTables.SyncPeriod)
 	}
-	if diff := cmp.Diff(map[string]bool{"GateX": true, "GateY": true}, second.FeatureGates); diff != "" || second.HostnameOverride != "n1" {
+	if diff := cmp.Diff(map[string]bool{"KubeProxyNFTablesLocalhostNodePorts": true, "LoggingAlphaOptions": true}, second.FeatureGates); diff != "" || second.HostnameOverride != "n1" {
 		t.Errorf("second load: gates (-want +got) %s, hostname %q", diff, second.HostnameOverride)
 	}
-	if _, ok := first.FeatureGates["GateY"]; ok {
+	if _, ok := first.FeatureGates["LoggingAlphaOptions"]; ok {
 		t.Error("the first config was changed by the second Complete")
 	}
 	live, restart := ReloadPlan(first, second)
@@ -361,7 +363,7 @@ func TestNFTablesNodePortDefault(t *testing.T) {
 			if err := fs.Parse(append([]string{"--config=" + writeFile(t, tc.file)}, tc.args...)); err != nil {
 				t.Fatal(err)
 			}
-			c, err := o.Complete(fs)
+			c, _, err := o.Complete(fs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,7 +381,7 @@ func TestNFTablesTakesIPTablesFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--config=" + writeFile(t, header+"mode: nftables\n"), "--iptables-min-sync-period=0", "--iptables-sync-period=7s", "--masquerade-all"}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := o.Complete(fs)
+	c, _, err := o.Complete(fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +393,7 @@ func TestNFTablesTakesIPTablesFlags(t *testing.T) {
 	if err := fs.Parse([]string{"--config=" + writeFile(t, header), "--masquerade-all"}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err = o.Complete(fs); err != nil || c.NFTables.MasqueradeAll {
+	if c, _, err = o.Complete(fs); err != nil || c.NFTables.MasqueradeAll {
 		t.Errorf("mode iptables: nftables.masqueradeAll = %v (err %v), want false", c.NFTables.MasqueradeAll, err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // UpstreamVersion is the upstream kube-proxy release whose configuration
@@ -28,19 +27,26 @@ var ipvsSchedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "
 // the sync periods are checked only for the selected mode, so a file with
 // leftovers of another mode still loads.
 func (c *KubeProxyConfiguration) Validate() error {
-	if errs := c.validate(); len(errs) > 0 {
+	if errs, _ := c.validate(); len(errs) > 0 {
 		return joinFieldErrors(errs)
 	}
 	return nil
 }
 
-type validator struct{ errs []*FieldError }
+// validator collects the errors and the warnings of one validation.
+type validator struct{ errs, warns []*FieldError }
 
 func (v *validator) add(field, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-func (c *KubeProxyConfiguration) validate() []*FieldError {
+func (v *validator) warn(field, format string, args ...any) {
+	v.warns = append(v.warns, &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// validate returns the problems of c and the warnings about settings that are accepted but do nothing
+// or will stop working.
+func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 	v := &validator{}
 
 	if c.APIVersion != "" && c.APIVersion != APIVersion {
@@ -50,11 +56,7 @@ func (c *KubeProxyConfiguration) validate() []*FieldError {
 		v.add("kind", "%q is not supported; want %s", c.Kind, Kind)
 	}
 
-	for name := range c.FeatureGates {
-		if strings.TrimSpace(name) == "" {
-			v.add("featureGates", "a feature gate name must not be empty")
-		}
-	}
+	v.validateFeatureGates(c.FeatureGates)
 
 	cc := c.ClientConnection
 	if cc.QPS < 0 || math.IsNaN(float64(cc.QPS)) {
@@ -137,11 +139,10 @@ func (c *KubeProxyConfiguration) validate() []*FieldError {
 	}
 
 	if c.PortRange != "" {
-		if _, err := utilnet.ParsePortRange(c.PortRange); err != nil {
-			v.add("portRange", "%q is not a port range such as \"30000-32767\" or \"30000+2768\" (the field is unused)", c.PortRange)
-		}
+		// Upstream still has the field but reads nothing from it, whatever it holds.
+		v.warn("portRange", "ignored: it configured the userspace proxy mode, which upstream removed in v1.26")
 	}
-	return v.errs
+	return v.errs, v.warns
 }
 
 func (v *validator) nonNegative(field string, d *metav1.Duration) {
@@ -165,7 +166,7 @@ func (c *KubeProxyConfiguration) validateMode(v *validator) {
 	switch c.Mode {
 	case "", ModeIPTables:
 	case ModeIPVS:
-		if on, set := c.FeatureGates["KubeProxyIPVS"]; set && !on {
+		if !c.FeatureEnabled("KubeProxyIPVS") {
 			v.add("mode", "ipvs mode needs the KubeProxyIPVS feature gate, which featureGates turns off")
 		}
 	case ModeNFTables:
@@ -266,12 +267,17 @@ func (c *KubeProxyConfiguration) validateClusterCIDR(v *validator) {
 func (c *KubeProxyConfiguration) validateLogging(v *validator) {
 	l := c.Logging
 	switch l.Format {
-	case "text", "json":
+	case "text":
+	case "json":
+		// As upstream, the json format is gated (beta, on by default).
+		if !c.FeatureEnabled("LoggingBetaOptions") {
+			v.add("logging.format", "log format json needs the LoggingBetaOptions feature gate, which featureGates turns off")
+		}
 	default:
 		v.add("logging.format", "unsupported log format %q; must be text or json", l.Format)
 	}
-	if l.FlushFrequency.Duration.Duration < 0 {
-		v.add("logging.flushFrequency", "%s must not be negative", l.FlushFrequency.Duration.Duration)
+	if l.FlushFrequency.Duration.Duration <= 0 {
+		v.add("logging.flushFrequency", "%s must be greater than 0", l.FlushFrequency.Duration.Duration)
 	}
 	if l.Verbosity > math.MaxInt32 {
 		v.add("logging.verbosity", "%d is too large; must be at most %d", l.Verbosity, math.MaxInt32)
@@ -291,20 +297,25 @@ func (c *KubeProxyConfiguration) validateLogging(v *validator) {
 			v.add(f+".verbosity", "%d is too large; must be at most %d", item.Verbosity, math.MaxInt32)
 		}
 	}
-	alpha := c.FeatureGates["LoggingAlphaOptions"]
+	alphaOn := c.FeatureEnabled("LoggingAlphaOptions")
 	for _, o := range []struct {
-		name string
-		opts OutputRoutingOptions
+		format string
+		opts   OutputRoutingOptions
 	}{{"text", l.Options.Text.OutputRoutingOptions}, {"json", l.Options.JSON.OutputRoutingOptions}} {
-		if alpha {
-			continue
-		}
-		p := "logging.options." + o.name
-		if o.opts.SplitStream {
-			v.add(p+".splitStream", "needs the LoggingAlphaOptions feature gate")
-		}
-		if o.opts.InfoBufferSize.Value() != 0 {
-			v.add(p+".infoBufferSize", "needs the LoggingAlphaOptions feature gate")
+		p := "logging.options." + o.format
+		set := o.opts.SplitStream || o.opts.InfoBufferSize.Value() != 0
+		switch {
+		case set && !alphaOn:
+			if o.opts.SplitStream {
+				v.add(p+".splitStream", "needs the LoggingAlphaOptions feature gate")
+			}
+			if o.opts.InfoBufferSize.Value() != 0 {
+				v.add(p+".infoBufferSize", "needs the LoggingAlphaOptions feature gate")
+			}
+		case set && l.Format != o.format:
+			v.warn(p, "ignored: these options apply to log format %s, and logging.format is %s", o.format, l.Format)
+		case o.opts.InfoBufferSize.Value() > 0 && !o.opts.SplitStream:
+			v.warn(p+".infoBufferSize", "ignored: it buffers the info stream, which exists only with splitStream: true")
 		}
 	}
 }
