@@ -422,8 +422,11 @@ type anonSet struct {
 	dataType        uint32
 	dataLen         uint32
 	ud              udata
-	elems           []byte // the NFTA_SET_ELEM_LIST_ELEMENTS payload
-	count           int
+	// elems are NFTA_SET_ELEM_LIST_ELEMENTS payloads of at most maxElemBytes each: a Service with
+	// thousands of endpoints has a numgen map larger than one netlink attribute holds (64 KiB), so its
+	// elements go in several messages (the set is bound, and becomes constant, only with the rule).
+	elems [][]byte
+	count int
 }
 
 func (e *encoder) newAnon(isMap bool) *anonSet {
@@ -441,7 +444,12 @@ func (e *encoder) newAnon(isMap bool) *anonSet {
 
 // addElem appends one element: a key, optional data (value bytes or a verdict), flags and user data.
 func (s *anonSet) addElem(key, value []byte, v *verdict, flags uint32, ud udata) {
-	s.elems = append(s.elems, elemItem(key, value, v, flags, ud)...)
+	item := elemItem(key, value, v, flags, ud)
+	if n := len(s.elems); n == 0 || len(s.elems[n-1])+len(item) > maxElemBytes {
+		s.elems = append(s.elems, nil)
+	}
+	last := &s.elems[len(s.elems)-1]
+	*last = append(*last, item...)
 	s.count++
 }
 
@@ -504,13 +512,16 @@ func (e *encoder) emitAnon(s *anonSet, desc string) {
 	})
 	ae.Bytes(unix.NFTA_SET_USERDATA, s.ud)
 	e.msg(unix.NFT_MSG_NEWSET, netlink.Create, ae, desc+" (its anonymous set)")
-	ae = e.attrs()
-	e.table(ae, unix.NFTA_SET_ELEM_LIST_TABLE)
-	// The set by its batch ID only: given a name, the kernel first looks for it by walking every set of
-	// the table (the new one is last), which at 10,000 Services is a third of a cold start's kernel time.
-	ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, s.id)
-	ae.Bytes(unix.NLA_F_NESTED|unix.NFTA_SET_ELEM_LIST_ELEMENTS, s.elems)
-	e.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, ae, desc+" (its anonymous set's elements)")
+	for _, elems := range s.elems {
+		ae = e.attrs()
+		e.table(ae, unix.NFTA_SET_ELEM_LIST_TABLE)
+		// The set by its batch ID only: given a name, the kernel first looks for it by walking every set
+		// of the table (the new one is last), which at 10,000 Services is a third of a cold start's
+		// kernel time.
+		ae.Uint32(unix.NFTA_SET_ELEM_LIST_SET_ID, s.id)
+		ae.Bytes(unix.NLA_F_NESTED|unix.NFTA_SET_ELEM_LIST_ELEMENTS, elems)
+		e.msg(unix.NFT_MSG_NEWSETELEM, netlink.Create, ae, desc+" (its anonymous set's elements)")
+	}
 }
 
 // rule appends a rule: the anonymous sets it needs, then the rule itself.

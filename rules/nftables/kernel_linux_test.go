@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"regexp"
 	"runtime"
@@ -99,39 +100,72 @@ func TestNetlinkWritesWhatNFTWrites(t *testing.T) {
 			}},
 		} {
 			t.Run(string(family)+"/"+tc.name, func(t *testing.T) {
-				ref, ours := netnstest.New(t), netnstest.New(t)
-				cidr := "10.244.0.0/16"
-				if family == v6 {
-					cidr = "fd00:10:244::/48"
-				}
-				cfg := testConfig(family, cidr)
+				cfg := testConfig(family, testClusterCIDR(family))
 				tc.edit(&cfg)
-				snap := richSnapshot(family)
-				d, _ := testDataplane(cfg, "10.0.0.1", "fd00::1")
-				in := d.inputs(snap, &cfg)
-				p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, chunk{anonSets: 2, ops: 1000})
-				k := netlinkKernelIn(t, family, ours)
-				for i, tx := range p.txs {
-					if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
-						t.Fatalf("nft -f of transaction %d: %v\n%s", i, err, tx)
-					}
-					if err := k.Run(context.Background(), tx); err != nil {
-						t.Fatalf("netlink transaction %d: %v", i, err)
-					}
-				}
-				refText, refCode := listings(t, ref, family)
-				ourText, ourCode := listings(t, ours, family)
-				if diff := cmp.Diff(refText, ourText); diff != "" {
-					t.Errorf("nft list table (-nft -f +netlink):\n%s", diff)
-				}
-				if diff := cmp.Diff(refCode, ourCode); diff != "" {
-					t.Errorf("nft --debug=netlink list table (-nft -f +netlink):\n%s", diff)
-				}
-				if t.Failed() {
-					t.Logf("nft -f wrote:\n%s", refText)
-				}
+				compareWrites(t, family, cfg, richSnapshot(family))
 			})
 		}
+	}
+}
+
+func testClusterCIDR(family v1.IPFamily) string {
+	if family == v6 {
+		return "fd00:10:244::/48"
+	}
+	return "10.244.0.0/16"
+}
+
+// compareWrites writes the rebuild of snap with `nft -f` and with the netlink writer into two namespaces
+// and compares what nft lists, text and bytecode.
+func compareWrites(t *testing.T, family v1.IPFamily, cfg Config, snap *proxy.Snapshot) {
+	t.Helper()
+	ref, ours := netnstest.New(t), netnstest.New(t)
+	d, _ := testDataplane(cfg, "10.0.0.1", "fd00::1")
+	in := d.inputs(snap, &cfg)
+	p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, chunk{anonSets: 2, ops: 1000})
+	k := netlinkKernelIn(t, family, ours)
+	for i, tx := range p.txs {
+		if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
+			t.Fatalf("nft -f of transaction %d: %v\n%.2000s", i, err, tx)
+		}
+		if err := k.Run(context.Background(), tx); err != nil {
+			t.Fatalf("netlink transaction %d: %.2000v", i, err)
+		}
+	}
+	refText, refCode := listings(t, ref, family)
+	ourText, ourCode := listings(t, ours, family)
+	if diff := cmp.Diff(refText, ourText); diff != "" {
+		t.Errorf("nft list table (-nft -f +netlink):\n%.5000s", diff)
+	}
+	if diff := cmp.Diff(refCode, ourCode); diff != "" {
+		t.Errorf("nft --debug=netlink list table (-nft -f +netlink):\n%.5000s", diff)
+	}
+	if t.Failed() {
+		t.Logf("nft -f wrote:\n%.5000s", refText)
+	}
+}
+
+// TestNetlinkWritesAServiceWithManyEndpoints: the numgen map of a Service with 5,000 endpoints is an
+// anonymous map far larger than one netlink attribute (64 KiB) can hold; its elements go in several
+// messages, and the table reads as nft -f writes it.
+func TestNetlinkWritesAServiceWithManyEndpoints(t *testing.T) {
+	for _, family := range []v1.IPFamily{v4, v6} {
+		t.Run(string(family), func(t *testing.T) {
+			var list []string
+			for i := range 5000 {
+				if family == v6 {
+					list = append(list, fmt.Sprintf("[fd00:10:246::%x]:8080", i+1))
+				} else {
+					list = append(list, fmt.Sprintf("10.246.%d.%d:8080", i/250, i%250+1))
+				}
+			}
+			cip := "10.96.0.70"
+			if family == v6 {
+				cip = "fd00:96::70"
+			}
+			snap := derive(richSnapshot(family), nil, port("ns/big", "", v1.ProtocolTCP, cip, 80, eps(list...)))
+			compareWrites(t, family, testConfig(family, testClusterCIDR(family)), snap)
+		})
 	}
 }
 
