@@ -61,3 +61,51 @@ func TestUnitHasSeedSettings(t *testing.T) {
 		}
 	}
 }
+
+// directives returns the unit's settings as key → values, in order (comments dropped, continuations joined).
+func directives(t *testing.T) map[string][]string {
+	t.Helper()
+	unit, err := os.ReadFile("kube-proxy.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	text := strings.ReplaceAll(string(unit), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
+			out[k] = append(out[k], strings.Join(strings.Fields(v), " "))
+		}
+	}
+	return out
+}
+
+// TestUnitHardening keeps the sandbox and the holes the daemon needs in it together (the lab's
+// TestHardening runs the daemon under it and measures it): the capabilities, a read-only system with
+// /proc/sys/net and the conntrack hash size writable for the sysctls, the xtables lock created before
+// /run turns read-only, no module loading, and a system call filter that fails calls rather than kills.
+func TestUnitHardening(t *testing.T) {
+	d := directives(t)
+	for key, want := range map[string]string{
+		"CapabilityBoundingSet": "CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE CAP_SYS_RESOURCE",
+		"ProtectSystem":         "strict",
+		"ReadOnlyPaths":         "/run",
+		"ReadWritePaths":        "/proc/sys/net -/sys/module/nf_conntrack/parameters",
+		"ExecStartPre":          "-+/usr/bin/touch /run/xtables.lock",
+		"PrivateDevices":        "yes",
+		"ProtectKernelTunables": "yes",
+		"ProtectKernelModules":  "yes",
+		"ProtectProc":           "invisible",
+		"UMask":                 "0077",
+		"SystemCallErrorNumber": "EPERM",
+	} {
+		if got := strings.Join(d[key], " | "); got != want {
+			t.Errorf("%s=%q, want %q", key, got, want)
+		}
+	}
+	if got, want := d["SystemCallFilter"], []string{"@system-service", "~@privileged @resources"}; strings.Join(got, " | ") != strings.Join(want, " | ") {
+		t.Errorf("SystemCallFilter= lines %q, want %q", got, want)
+	}
+}
