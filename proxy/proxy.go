@@ -87,6 +87,9 @@ func New(o Options) *Proxy {
 		families = append(families, d.Family)
 	}
 	p.metrics = NewMetrics(o.Registry)
+	for _, f := range families {
+		p.metrics.SyncFailures.WithLabelValues(string(f)) // 0 from the start, so that rate() and alerts see it
+	}
 	p.tracker = NewTracker(TrackerOptions{
 		NodeName:    o.NodeName,
 		Families:    families,
