@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -58,15 +57,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kube-proxy: invalid configuration:\n"+err.Error())
 		os.Exit(1)
 	}
-	setVerbosity := func(v int) error { return klogFlags.Set("v", strconv.Itoa(v)) }
-	if err := setVerbosity(int(cfg.Logging.Verbosity)); err != nil {
-		fmt.Fprintln(os.Stderr, "kube-proxy:", err)
+	logs := systemd.NewLogging(klogFlags)
+	if err := logs.Start(cfg.Logging, cfg.FeatureEnabled("ContextualLogging")); err != nil {
+		fmt.Fprintln(os.Stderr, "kube-proxy: setting up logging:", err)
 		os.Exit(1)
-	}
-	if cfg.Logging.Format == "json" {
-		systemd.UseJSONLogs()
-	} else {
-		systemd.UseJournalPriorities(klogFlags)
 	}
 	defer klog.Flush()
 	logConfigWarnings(warnings)
@@ -82,11 +76,11 @@ func main() {
 		klog.InfoS("Cleanup done")
 		os.Exit(0)
 	}
-	exitOn(run(opts, fs, cfg, setVerbosity))
+	exitOn(run(opts, fs, cfg, logs))
 }
 
 // run starts the daemon and blocks until it is told to stop.
-func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfiguration, setVerbosity func(int) error) error {
+func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfiguration, logs *systemd.Logging) error {
 	if err := systemd.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
 		klog.ErrorS(err, "Continuing with the inherited OOM score")
 	}
@@ -121,9 +115,18 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		Reload: func(ctx context.Context) systemd.ReloadStatus {
 			next, warnings, loadErr := opts.Complete(fs)
 			logConfigWarnings(warnings)
-			r := srv.Reload(ctx, next, loadErr, setVerbosity)
-			if r.Result == "applied" && len(warnings) > 0 {
-				r.Message += "; " + warningsText(warnings)
+			r := srv.Reload(ctx, next, loadErr, logs.SetVerbosity)
+			if r.Result == "applied" {
+				// srv.Reload put the verbosity in force; vmodule and flushFrequency, the other live logging
+				// fields, are put in force here, before the reply. A change of format or output options
+				// never gets here: ReloadPlan makes it restart-required.
+				if err := logs.Apply(next.Logging); err != nil {
+					klog.ErrorS(err, "Reloaded, except for the logging settings")
+					r.Message += "; except the logging settings: " + err.Error()
+				}
+				if len(warnings) > 0 {
+					r.Message += "; " + warningsText(warnings)
+				}
 			}
 			return systemd.ReloadStatus{Generation: r.Generation, Result: r.Result, Message: r.Message}
 		},

@@ -20,9 +20,11 @@ var reloadClass = map[string]bool{ // true: live
 	"detectLocalMode":   true,
 	"detectLocal":       true,
 	"nodePortAddresses": true,
-	"logging.verbosity": true,
-	"logging.vmodule":   true,
-	"portRange":         true, // unused
+	"portRange":         true, // read by nothing
+	// Put in force by systemd.Logging.Apply (its liveLoggingFields; a test there keeps the two in step).
+	"logging.verbosity":      true,
+	"logging.vmodule":        true,
+	"logging.flushFrequency": true,
 
 	// Read once at start.
 	"apiVersion":                  false,
@@ -39,8 +41,7 @@ var reloadClass = map[string]bool{ // true: live
 	"featureGates":                false,
 	"oomScoreAdj":                 false,
 	"configSyncPeriod":            false,
-	"logging.format":              false,
-	"logging.flushFrequency":      false,
+	"logging.format":              false, // the logger and its streams are set up once
 	"logging.options":             false,
 	"conntrack":                   false, // sysctls are set once at start
 	"winkernel":                   false,
@@ -49,12 +50,12 @@ var reloadClass = map[string]bool{ // true: live
 
 // ReloadPlan compares the running configuration with a newly loaded one and
 // returns the JSON paths of the fields that differ, split into those a
-// running kube-proxy can apply (sync periods, logging verbosity, and what a
-// full resync re-renders: iptables.*, ipvs.*, nftables.*, clusterCIDR,
-// detectLocal*, nodePortAddresses) and those that need a restart (mode,
-// hostnameOverride, clientConnection.*, listen addresses, featureGates,
-// oomScoreAdj, configSyncPeriod, logging.format, conntrack.*, winkernel.*,
-// ...). Lists and maps are compared as a whole ("nodePortAddresses",
+// running kube-proxy can apply (sync periods, logging verbosity, vmodule and
+// flushFrequency, and what a full resync re-renders: iptables.*, ipvs.*,
+// nftables.*, clusterCIDR, detectLocal*, nodePortAddresses) and those that
+// need a restart (mode, hostnameOverride, clientConnection.*, listen
+// addresses, featureGates, oomScoreAdj, configSyncPeriod, logging.format,
+// logging.options.*, conntrack.*, winkernel.*, ...). Lists and maps are compared as a whole ("nodePortAddresses",
 // "featureGates"). Both configurations should be defaulted.
 func ReloadPlan(old, new *KubeProxyConfiguration) (live, restart []string) {
 	a, b := flatten(old), flatten(new)

@@ -26,6 +26,12 @@ func TestReloadPlan(t *testing.T) {
 			c.Logging.Verbosity = 5
 			c.Logging.VModule = VModuleConfiguration{{FilePattern: "x", Verbosity: 2}}
 		}, []string{"logging.verbosity", "logging.vmodule"}, nil},
+		{"logging: what systemd.Logging.Apply puts in force is live, the format and streams need a restart", func(c *KubeProxyConfiguration) {
+			c.Logging.FlushFrequency.Duration.Duration = time.Second
+			c.Logging.Format = "json"
+			c.Logging.Options.JSON.SplitStream = true
+			c.Logging.Options.Text.InfoBufferSize = resource.QuantityValue{Quantity: resource.MustParse("64Ki")}
+		}, []string{"logging.flushFrequency"}, []string{"logging.format", "logging.options.text.infoBufferSize", "logging.options.json.splitStream"}},
 		{"dataplane re-render", func(c *KubeProxyConfiguration) {
 			c.IPTables.MasqueradeAll = true
 			*c.IPTables.MasqueradeBit = 15
