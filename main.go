@@ -39,7 +39,11 @@ func main() {
 	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
-	fs.AddGoFlagSet(klogFlags)
+	// Of klog's flags only -v and --vmodule, as upstream v1.37: it rejects the others (--log_file,
+	// --logtostderr, ...), and with the logger systemd.Logging sets up they would do nothing.
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(klogFlags.Lookup(name))
+	}
 	opts.AddFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {

@@ -162,8 +162,9 @@ var unsupportedFlags = []struct{ flag, instead string }{
 }
 
 // AddFlags registers kube-proxy's flags on fs under upstream's names. It does
-// not register --v and --vmodule: main adds klog's flags to fs, and Complete
-// reads them from fs to fill logging.verbosity and logging.vmodule.
+// not register --v and --vmodule: main adds those two of klog's flags to fs,
+// and Complete reads them from fs to fill logging.verbosity and
+// logging.vmodule.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	if o.flags == nil {
 		o.flags = Default()
