@@ -24,6 +24,22 @@ const (
 	ClientIPv6 = "fd00:10:250::2"
 )
 
+// Addresses of a two-node topology (TopologyOptions.NodeBPods): node B is a second node on the node's
+// primary network, with pods of its own numbered from NodeBPodBase+1, so that node B's pod i is
+// PodIP(NodeBPodBase+i), 10.244.<100+i>.2, and every address helper above applies to it too.
+const (
+	// NodeBIP is node B's primary address, beside NodeIP and ClientIP on one shared network.
+	NodeBIP = "10.250.0.3"
+	// NodeBPodBase is added to the number of node B's pods: its first pod is pod 101.
+	NodeBPodBase = 100
+	// NodePodCIDR is the bed's node's pod range in a two-node topology (pods 1..63): node B routes it
+	// via NodeIP, and it is the node's podCIDR in the API.
+	NodePodCIDR = "10.244.0.0/18"
+	// NodeBPodCIDR is node B's pod range (pods 101..127): the bed's node routes it via NodeBIP, and it
+	// is node B's podCIDR in the API.
+	NodeBPodCIDR = "10.244.64.0/18"
+)
+
 // PodIP returns the IPv4 address of pod i (from 1): 10.244.<i>.2.
 func PodIP(i int) string { return fmt.Sprintf("10.244.%d.2", i) }
 

@@ -50,6 +50,11 @@ type Bed struct {
 	Node string
 	// Kubeconfig reaches the apiserver from inside the node namespace (user system:kube-proxy).
 	Kubeconfig string
+	// NodeB is the name of node B's Node object in a two-node bed (BedOptions.NodeBPods), in ZoneThere,
+	// with InternalIP NodeBIP and podCIDR NodeBPodCIDR; empty otherwise.
+	NodeB string
+	// KubeconfigB reaches the apiserver from inside node B's namespace, in a two-node bed.
+	KubeconfigB string
 }
 
 // BedOptions tune NewBed.
@@ -65,6 +70,10 @@ type BedOptions struct {
 	// NodeIP and NodeIPv6. CreateService then makes RequireDualStack Services, and SetEndpoints writes an
 	// IPv6 EndpointSlice beside the IPv4 one.
 	DualStack bool
+	// NodeBPods makes the bed two nodes (see TopologyOptions.NodeBPods): node B's namespace with that many
+	// pods, a Node object of its own (NodeB), and an apiserver bridge into it (KubeconfigB); the bed's
+	// Node then has podCIDR NodePodCIDR. Not with DualStack.
+	NodeBPods int
 }
 
 // NewBed builds a Bed: it calls RequireCluster with opts.Tools (skipping or failing t as that says),
@@ -92,7 +101,11 @@ func NewBed(t *testing.T, opts BedOptions) *Bed {
 	b := &Bed{Cluster: c, DualStack: opts.DualStack}
 	b.NS = c.Namespace(t, opts.Prefix)
 	b.Node = "node-" + b.NS
-	EnsureNode(t, c, b.Node, NodeIP, "", map[string]string{corev1.LabelTopologyZone: ZoneHere, corev1.LabelHostname: b.Node})
+	podCIDR := ""
+	if opts.NodeBPods > 0 {
+		podCIDR = NodePodCIDR
+	}
+	EnsureNode(t, c, b.Node, NodeIP, podCIDR, map[string]string{corev1.LabelTopologyZone: ZoneHere, corev1.LabelHostname: b.Node})
 	if opts.DualStack {
 		b.addNodeIPv6(t)
 	}
@@ -105,7 +118,7 @@ func NewBed(t *testing.T, opts BedOptions) *Bed {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b.Topo = TopologyForTest(t, TopologyOptions{Pods: opts.Pods, IPv6: opts.DualStack})
+	b.Topo = TopologyForTest(t, TopologyOptions{Pods: opts.Pods, IPv6: opts.DualStack, NodeBPods: opts.NodeBPods})
 	if err := b.Topo.StartServers(ctx, []int{PodTCPPort}, []int{PodUDPPort}); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +127,9 @@ func NewBed(t *testing.T, opts BedOptions) *Bed {
 		t.Fatal(err)
 	}
 	b.Kubeconfig = c.BridgeForTest(t, b.Topo.Node)
+	if opts.NodeBPods > 0 {
+		b.addNodeB(t)
+	}
 	return b
 }
 
@@ -233,14 +249,15 @@ func (b *Bed) DeleteService(t testing.TB, name string) {
 type Endpoint struct {
 	// Pod is the pod's number (from 1); its address is PodIP(Pod).
 	Pod int
-	// Node is the endpoint's nodeName; empty means the bed's Node.
+	// Node is the endpoint's nodeName; empty means the node the pod runs on: the bed's Node, or NodeB
+	// for node B's pods.
 	Node                        string
 	Ready, Serving, Terminating bool
 	// Zones are the endpoint's zone hints (none when empty).
 	Zones []string
 }
 
-// ReadyEndpoint is a ready endpoint on the bed's node.
+// ReadyEndpoint is a ready endpoint on the node its pod runs on.
 func ReadyEndpoint(pod int) Endpoint { return Endpoint{Pod: pod, Ready: true, Serving: true} }
 
 // RemoteEndpoint is a ready endpoint on OtherNode.
@@ -270,7 +287,7 @@ func (b *Bed) setSlice(t testing.TB, svc, name string, family discoveryv1.Addres
 	for _, e := range eps {
 		node := e.Node
 		if node == "" {
-			node = b.Node
+			node = b.nodeOf(e.Pod)
 		}
 		de := discoveryv1.Endpoint{
 			Addresses: []string{addr(e.Pod)},

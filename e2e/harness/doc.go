@@ -2,9 +2,10 @@
 //
 // It starts a real etcd and kube-apiserver on loopback (built from the Go module proxy by
 // e2e/tools/build-cluster.sh), creates network namespaces wired as a node with pods and a client
-// (Topology), runs a small server of ours in every pod (e2e/podserver), makes real TCP/UDP
-// connections and counts which pod answered (Hit), and supervises daemons under test (Process,
-// NotifySocket).
+// (Topology; with TopologyOptions.NodeBPods, two nodes and a client on one bridged network, each node
+// with pods of its own and routes to the other's), runs a small server of ours in every pod
+// (e2e/podserver), makes real TCP/UDP connections and counts which pod answered (Hit), and supervises
+// daemons under test (Process, NotifySocket).
 //
 // A proxy mode's end-to-end suite builds on Bed (a topology, a namespace and a Node of the test's own,
 // Services and EndpointSlices written for it), keeps traffic flowing through changes (Traffic), checks

@@ -155,14 +155,21 @@ func MetricValue(body, name string, labels ...string) (float64, bool) {
 // X-Load-Balancing-Endpoint-Weight header for wantLocal local endpoints.
 func CheckHealthCheckNodePort(t testing.TB, from *NetNS, svc *corev1.Service, wantCode, wantLocal int) {
 	t.Helper()
+	CheckHealthCheckNodePortAt(t, from, NodeIP, svc, wantCode, wantLocal)
+}
+
+// CheckHealthCheckNodePortAt is CheckHealthCheckNodePort through the node address nodeIP (NodeBIP: node
+// B's proxy).
+func CheckHealthCheckNodePortAt(t testing.TB, from *NetNS, nodeIP string, svc *corev1.Service, wantCode, wantLocal int) {
+	t.Helper()
 	port := svc.Spec.HealthCheckNodePort
 	if port == 0 {
 		t.Fatalf("Service %s has no health check node port", svc.Name)
 	}
-	url := "http://" + HostPort(NodeIP, port) + "/"
+	url := "http://" + HostPort(nodeIP, port) + "/"
 	var code int
 	var body, weight string
-	Eventually(t, "health check of "+svc.Name, 15*time.Second, func() (bool, string) {
+	Eventually(t, "health check of "+svc.Name+" at "+nodeIP, 15*time.Second, func() (bool, string) {
 		resp, err := from.HTTPClient().Get(url)
 		if err != nil {
 			return false, err.Error()
@@ -175,13 +182,13 @@ func CheckHealthCheckNodePort(t testing.TB, from *NetNS, svc *corev1.Service, wa
 	want := "{\n\t\"service\": {\n\t\t\"namespace\": \"" + svc.Namespace + "\",\n\t\t\"name\": \"" + svc.Name +
 		"\"\n\t},\n\t\"localEndpoints\": " + strconv.Itoa(wantLocal) + ",\n\t\"serviceProxyHealthy\": true\n}"
 	if body != want {
-		t.Errorf("health check of %s: body\n%s\nwant\n%s", svc.Name, body, want)
+		t.Errorf("health check of %s at %s: body\n%s\nwant\n%s", svc.Name, nodeIP, body, want)
 	}
 	if weight != strconv.Itoa(wantLocal) {
-		t.Errorf("health check of %s: X-Load-Balancing-Endpoint-Weight %q, want %d", svc.Name, weight, wantLocal)
+		t.Errorf("health check of %s at %s: X-Load-Balancing-Endpoint-Weight %q, want %d", svc.Name, nodeIP, weight, wantLocal)
 	}
 	if code != http.StatusOK && code != http.StatusServiceUnavailable {
-		t.Errorf("health check of %s: status %d", svc.Name, code)
+		t.Errorf("health check of %s at %s: status %d", svc.Name, nodeIP, code)
 	}
 }
 

@@ -210,7 +210,11 @@ func TopologyForTest(t testing.TB, opts TopologyOptions) *Topology {
 	if err != nil {
 		t.Fatalf("creating topology: %v", err)
 	}
-	t.Logf("topology with %d pods up in %v", opts.Pods, time.Since(start).Round(time.Millisecond))
+	if opts.NodeBPods > 0 {
+		t.Logf("two-node topology with %d+%d pods up in %v", opts.Pods, opts.NodeBPods, time.Since(start).Round(time.Millisecond))
+	} else {
+		t.Logf("topology with %d pods up in %v", opts.Pods, time.Since(start).Round(time.Millisecond))
+	}
 	t.Cleanup(func() {
 		if err := topo.Close(); err != nil {
 			t.Errorf("closing topology: %v", err)

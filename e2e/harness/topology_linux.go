@@ -37,6 +37,15 @@ type Topology struct {
 	// Dir holds pod server logs; removed by Close.
 	Dir string
 
+	// NodeB is the second node of a two-node topology (TopologyOptions.NodeBPods), nil otherwise.
+	NodeB *NetNS
+	// PodsB are node B's pods, PodsB[i-1] being pod NodeBPodBase+i (named "pod<100+i>").
+	PodsB []*Pod
+	// NodeBIP is node B's primary address (NodeBIP) in a two-node topology.
+	NodeBIP string
+	// LAN holds the bridge that joins the node, node B and the client in a two-node topology.
+	LAN *NetNS
+
 	servers []*Process
 }
 
@@ -54,6 +63,8 @@ type Pod struct {
 	Gateway string
 	// NodeLink is the name of the node's end of the pod's veth, "veth-pod<i>".
 	NodeLink string
+
+	num int // i
 }
 
 // TopologyOptions tunes NewTopologyWith.
@@ -65,6 +76,11 @@ type TopologyOptions struct {
 	// NoPodDefaultRoute gives pods a route to PodCIDR via the node instead of a default route, so a
 	// pod can answer a client outside the pod CIDR only if the node masqueraded the connection.
 	NoPodDefaultRoute bool
+	// NodeBPods, when positive, makes the topology two nodes (see twonodes_linux.go): a second node
+	// namespace, node B at NodeBIP, with that many pods of its own (1..27, numbered from
+	// NodeBPodBase+1), and the node, node B and the client on one shared network, a bridge inside a
+	// namespace of its own (LAN). The node's pods are then at most 63 (NodePodCIDR). IPv4 only.
+	NodeBPods int
 }
 
 // NewTopology creates a topology with pods pod namespaces, IPv4 only.
@@ -76,6 +92,9 @@ func NewTopology(ctx context.Context, pods int) (*Topology, error) {
 func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, err error) {
 	if opts.Pods < 1 || opts.Pods > 250 {
 		return nil, fmt.Errorf("topology: %d pods, want 1..250", opts.Pods)
+	}
+	if err := checkTwoNodes(opts); err != nil {
+		return nil, err
 	}
 	t = &Topology{NodeIP: NodeIP, ClientIP: ClientIP}
 	if opts.IPv6 {
@@ -96,16 +115,11 @@ func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, er
 	if t.Client, err = NewNetNS("client"); err != nil {
 		return t, err
 	}
-	for i := 1; i <= opts.Pods; i++ {
-		ns, err := NewNetNS("pod" + strconv.Itoa(i))
-		if err != nil {
-			return t, err
-		}
-		p := &Pod{NS: ns, Name: "pod" + strconv.Itoa(i), IP: PodIP(i), Gateway: PodGatewayIP(i), NodeLink: "veth-pod" + strconv.Itoa(i)}
-		if opts.IPv6 {
-			p.IPv6 = PodIPv6(i)
-		}
-		t.Pods = append(t.Pods, p)
+	if t.Pods, err = newPods(0, opts.Pods, opts.IPv6); err != nil {
+		return t, err
+	}
+	if opts.NodeBPods > 0 {
+		return t, t.wireTwoNodes(ctx, opts)
 	}
 
 	// Node side: both ends of every veth are created directly in their namespaces; nothing is ever
@@ -121,15 +135,7 @@ func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, er
 			"addr add "+NodeIPv6+"/64 dev eth0 nodad",
 			"route add "+ServiceCIDRv6+" dev eth0 src "+NodeIPv6)
 	}
-	for i, p := range t.Pods {
-		node = append(node,
-			"link add "+p.NodeLink+" type veth peer name eth0 netns "+p.NS.Name,
-			"addr add "+p.Gateway+"/24 dev "+p.NodeLink,
-			"link set "+p.NodeLink+" up")
-		if opts.IPv6 {
-			node = append(node, "addr add "+PodGatewayIPv6(i+1)+"/64 dev "+p.NodeLink+" nodad")
-		}
-	}
+	node = append(node, podLinks(t.Pods, opts.IPv6)...)
 	if err := t.Node.IPBatch(ctx, node); err != nil {
 		return t, err
 	}
@@ -140,24 +146,8 @@ func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, er
 	if err := t.Client.IPBatch(ctx, client); err != nil {
 		return t, err
 	}
-	for i, p := range t.Pods {
-		cmds := []string{"addr add " + p.IP + "/24 dev eth0", "link set eth0 up"}
-		if opts.NoPodDefaultRoute {
-			cmds = append(cmds, "route add "+PodCIDR+" via "+p.Gateway)
-		} else {
-			cmds = append(cmds, "route add default via "+p.Gateway)
-		}
-		if opts.IPv6 {
-			cmds = append(cmds, "addr add "+p.IPv6+"/64 dev eth0 nodad")
-			if opts.NoPodDefaultRoute {
-				cmds = append(cmds, "route add "+PodCIDRv6+" via "+PodGatewayIPv6(i+1))
-			} else {
-				cmds = append(cmds, "route add ::/0 via "+PodGatewayIPv6(i+1))
-			}
-		}
-		if err := p.NS.IPBatch(ctx, cmds); err != nil {
-			return t, err
-		}
+	if err := configurePods(ctx, t.Pods, opts); err != nil {
+		return t, err
 	}
 	// No ICMP redirects (the node routes the service CIDR back out of eth0) and no ICMP rate limit, which
 	// redirects would share with REJECT's errors: clients must see "connection refused" at once.
@@ -171,6 +161,66 @@ func NewTopologyWith(ctx context.Context, opts TopologyOptions) (t *Topology, er
 	return t, nil
 }
 
+// newPods creates the namespaces of n pods numbered from base+1 (not yet wired).
+func newPods(base, n int, ipv6 bool) ([]*Pod, error) {
+	var pods []*Pod
+	for i := base + 1; i <= base+n; i++ {
+		ns, err := NewNetNS("pod" + strconv.Itoa(i))
+		if err != nil {
+			return pods, err
+		}
+		p := &Pod{NS: ns, Name: "pod" + strconv.Itoa(i), IP: PodIP(i), Gateway: PodGatewayIP(i), NodeLink: "veth-pod" + strconv.Itoa(i), num: i}
+		if ipv6 {
+			p.IPv6 = PodIPv6(i)
+		}
+		pods = append(pods, p)
+	}
+	return pods, nil
+}
+
+// podLinks are the node's `ip` commands creating each pod's veth (its peer directly in the pod's
+// namespace) with the node's gateway address on it.
+func podLinks(pods []*Pod, ipv6 bool) []string {
+	var cmds []string
+	for _, p := range pods {
+		cmds = append(cmds,
+			"link add "+p.NodeLink+" type veth peer name eth0 netns "+p.NS.Name,
+			"addr add "+p.Gateway+"/24 dev "+p.NodeLink,
+			"link set "+p.NodeLink+" up")
+		if ipv6 {
+			cmds = append(cmds, "addr add "+gatewayIPv6(p)+"/64 dev "+p.NodeLink+" nodad")
+		}
+	}
+	return cmds
+}
+
+// configurePods gives each pod its addresses and its route(s) via the node.
+func configurePods(ctx context.Context, pods []*Pod, opts TopologyOptions) error {
+	for _, p := range pods {
+		cmds := []string{"addr add " + p.IP + "/24 dev eth0", "link set eth0 up"}
+		if opts.NoPodDefaultRoute {
+			cmds = append(cmds, "route add "+PodCIDR+" via "+p.Gateway)
+		} else {
+			cmds = append(cmds, "route add default via "+p.Gateway)
+		}
+		if opts.IPv6 {
+			cmds = append(cmds, "addr add "+p.IPv6+"/64 dev eth0 nodad")
+			if opts.NoPodDefaultRoute {
+				cmds = append(cmds, "route add "+PodCIDRv6+" via "+gatewayIPv6(p))
+			} else {
+				cmds = append(cmds, "route add ::/0 via "+gatewayIPv6(p))
+			}
+		}
+		if err := p.NS.IPBatch(ctx, cmds); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatewayIPv6 is the node's IPv6 address on a pod's link.
+func gatewayIPv6(p *Pod) string { return PodGatewayIPv6(p.num) }
+
 // Sysctl sets "key=value" sysctls inside the namespace (`ip netns exec NAME sysctl -w`), so only the
 // namespace's own per-namespace settings change.
 func (n *NetNS) Sysctl(ctx context.Context, settings ...string) error {
@@ -183,7 +233,8 @@ func (n *NetNS) Sysctl(ctx context.Context, settings ...string) error {
 	return err
 }
 
-// Namespaces returns every namespace of the topology: node, client, pods.
+// Namespaces returns every namespace of the topology: node, client, pods, then (two nodes) node B,
+// the LAN and node B's pods.
 func (t *Topology) Namespaces() []*NetNS {
 	var out []*NetNS
 	for _, n := range []*NetNS{t.Node, t.Client} {
@@ -194,12 +245,20 @@ func (t *Topology) Namespaces() []*NetNS {
 	for _, p := range t.Pods {
 		out = append(out, p.NS)
 	}
+	for _, n := range []*NetNS{t.NodeB, t.LAN} {
+		if n != nil {
+			out = append(out, n)
+		}
+	}
+	for _, p := range t.PodsB {
+		out = append(out, p.NS)
+	}
 	return out
 }
 
 // PodByName returns the pod with the given name, or nil.
 func (t *Topology) PodByName(name string) *Pod {
-	for _, p := range t.Pods {
+	for _, p := range t.AllPods() {
 		if p.Name == name {
 			return p
 		}
@@ -207,9 +266,14 @@ func (t *Topology) PodByName(name string) *Pod {
 	return nil
 }
 
-// StartServers runs the pod server (e2e/podserver) in every pod namespace, answering on tcpPorts and
-// udpPorts, and waits until each has bound its sockets. Servers run until Close. Each call starts a
-// new set of servers, so ports must not repeat across calls.
+// AllPods returns the node's pods followed by node B's.
+func (t *Topology) AllPods() []*Pod {
+	return append(append([]*Pod(nil), t.Pods...), t.PodsB...)
+}
+
+// StartServers runs the pod server (e2e/podserver) in every pod namespace (node B's too), answering on
+// tcpPorts and udpPorts, and waits until each has bound its sockets. Servers run until Close. Each call
+// starts a new set of servers, so ports must not repeat across calls.
 func (t *Topology) StartServers(ctx context.Context, tcpPorts, udpPorts []int) error {
 	bin, err := BuildPodServer()
 	if err != nil {
@@ -225,7 +289,7 @@ func (t *Topology) StartServers(ctx context.Context, tcpPorts, udpPorts []int) e
 	set := len(t.servers)
 	var readies []string
 	var procs []*Process
-	for _, p := range t.Pods {
+	for _, p := range t.AllPods() {
 		tag := fmt.Sprintf("%s-%d", p.Name, set)
 		ready := filepath.Join(t.Dir, tag+".ready")
 		// Not ctx: the servers outlive this call and are stopped by Close.
@@ -259,7 +323,8 @@ func (t *Topology) StartServers(ctx context.Context, tcpPorts, udpPorts []int) e
 }
 
 // Close stops the pod servers and deletes every namespace of the topology (the veths go with them)
-// and Dir. It is safe to call more than once.
+// and Dir; the LAN, whose bridge the nodes and the client are attached to, goes last. It is safe to
+// call more than once.
 func (t *Topology) Close() error {
 	var errs []error
 	for _, s := range t.servers {
@@ -269,14 +334,13 @@ func (t *Topology) Close() error {
 	}
 	t.servers = nil
 	// Pods first, the node last: deleting a namespace removes the veths with their peers.
-	for _, p := range t.Pods {
+	for _, p := range t.AllPods() {
 		errs = append(errs, p.NS.Delete())
 	}
-	if t.Client != nil {
-		errs = append(errs, t.Client.Delete())
-	}
-	if t.Node != nil {
-		errs = append(errs, t.Node.Delete())
+	for _, n := range []*NetNS{t.Client, t.NodeB, t.Node, t.LAN} {
+		if n != nil {
+			errs = append(errs, n.Delete())
+		}
 	}
 	if t.Dir != "" {
 		errs = append(errs, os.RemoveAll(t.Dir))
