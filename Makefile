@@ -20,7 +20,7 @@ BIN     := bin/kube-proxy
 KP_CLUSTER_BINDIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kube-proxy-e2e/bin
 export KP_CLUSTER_BINDIR
 
-.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab bench bench-quick
+.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab bench bench-quick faults
 
 all: build
 
@@ -85,6 +85,14 @@ demo: deps build cluster-bins
 # Release artifacts for linux/amd64 and linux/arm64 into dist/: binaries, tarballs, .debs, SHA256SUMS.
 release:
 	VERSION=$(VERSION) COMMIT=$(COMMIT) LDFLAGS='$(LDFLAGS)' packaging/release.sh $(CURDIR)/dist
+
+# The fault table in full (KP_FAULTS_LONG: the apiserver down 120 s, the xtables lock held 5 min, every
+# apply failing 10 min, 100,000 endpoint changes over 10,000 Services; about an hour), then
+# docs/RELIABILITY.md from its rows. make e2e runs the short form of every row.
+faults: deps build build-faults cluster-bins
+	rm -f bin/fault-rows.jsonl
+	$(E2E_ENV) KP_FAULTS_LONG=1 KP_FAULTS_ROWS=$(CURDIR)/bin/fault-rows.jsonl go test -count=1 -timeout 150m -v ./e2e/faults/
+	go run ./e2e/faults/report -rows bin/fault-rows.jsonl -out docs/RELIABILITY.md -command 'make faults'
 
 # Only the real-systemd tests (they are part of make e2e too).
 systemd-lab: deps build build-faults cluster-bins

@@ -1,0 +1,278 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"kube-proxy/e2e/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+// modes are the modes every row is measured in (mode ipvs runs for real only in the qemu VM).
+var modes = []string{"iptables", "nftables"}
+
+// syncPeriod of the fault beds: short enough for the short form, the default in the long one.
+var syncPeriod = Pick(5*time.Second, 30*time.Second)
+
+// The pod and Service ports of the bed (harness.WebPorts), short.
+const svcTCP = harness.ServiceTCPPort
+
+// bed is one fault test's world in one mode: a harness.Bed (node namespace with 3 pods, a client, a
+// Kubernetes namespace) and, for mode iptables, a private xtables lock and backend hint.
+type bed struct {
+	*harness.Bed
+	t    *testing.T
+	mode string
+	xt   *harness.XTables
+	d    *harness.Daemon
+}
+
+func newBed(t *testing.T, mode string) *bed { return newBedWith(t, mode, harness.BackendNFT) }
+
+// newBedWith is newBed with the iptables backend the daemon is steered to (only iptables-legacy takes
+// the xtables lock).
+func newBedWith(t *testing.T, mode, backend string) *bed {
+	t.Helper()
+	b := &bed{t: t, mode: mode, Bed: harness.NewBed(t, harness.BedOptions{Pods: 3, Prefix: "fault",
+		Tools: []string{"iptables-nft", "iptables-nft-save", "iptables-legacy", "nft", "flock"}})}
+	xt, err := harness.NewXTables(b.Topo.Node, backend, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.xt = xt
+	ctx, cancel := b.Ctx()
+	defer cancel()
+	if err := xt.SetHint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// config is the daemon configuration of the bed's mode, with extra appended.
+func (b *bed) config(extra string) string {
+	section := "iptables"
+	if b.mode == "nftables" {
+		section = "nftables"
+	}
+	return fmt.Sprintf("mode: %s\nclusterCIDR: %s\n%s:\n  syncPeriod: %s\n  minSyncPeriod: 0s\n%s",
+		b.mode, harness.PodCIDR, section, syncPeriod, extra)
+}
+
+// start starts the daemon (opts.Binary, Env and Config extra as given) and waits for READY=1 unless
+// opts.NoWaitReady.
+func (b *bed) start(opts harness.DaemonOptions) *harness.Daemon {
+	b.t.Helper()
+	opts.NodeName = b.Node
+	opts.Kubeconfig = b.Kubeconfig
+	opts.Config = b.config(opts.Config)
+	opts.Env = append(opts.Env, b.xt.Env())
+	b.d = harness.StartDaemon(b.t, b.Cluster, b.Topo.Node, opts)
+	return b.d
+}
+
+// web creates Service web with pods 1-3 behind it and returns its cluster IP target and NodePort target.
+func (b *bed) web() []harness.Target {
+	b.t.Helper()
+	web := b.CreateService(b.t, "web", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
+	b.SetEndpoints(b.t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2), harness.ReadyEndpoint(3))
+	return []harness.Target{
+		{Network: "tcp", Addr: harness.HostPort(web.Spec.ClusterIP, svcTCP)},
+		{Network: "tcp", Addr: harness.HostPort(harness.NodeIP, harness.NodePortOf(b.t, web, "tcp"))},
+	}
+}
+
+// failures counts the failed connections of a traffic run.
+func failures(res []harness.HitResult) int {
+	n := 0
+	for _, r := range res {
+		if r.Err != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// expectNoFailures fails t when connections to existing Services failed during a fault. A single
+// timeout in ten thousand connections is logged rather than failed in the short form: with a 2 s dial
+// timeout on a loaded two-core CI machine it is noise (the row still counts it); the full form
+// (KP_FAULTS_LONG) tolerates nothing.
+func expectNoFailures(t *testing.T, what string, res []harness.HitResult) {
+	t.Helper()
+	n := failures(res)
+	if n == 0 {
+		return
+	}
+	timeouts := 0
+	for _, r := range res {
+		if r.Err == "timeout" {
+			timeouts++
+		}
+	}
+	if !Long() && timeouts == n && n*10000 <= len(res) {
+		t.Logf("%s: %d of %d connections timed out (tolerated in the short form): %s", what, n, len(res), failed(res))
+		return
+	}
+	t.Errorf("%s: %d of %d connections failed: %s", what, n, len(res), failed(res))
+}
+
+// failed describes the failed connections of a traffic run, for a test's error.
+func failed(res []harness.HitResult) string {
+	var out []string
+	for _, r := range res {
+		if r.Err != "" && len(out) < 5 {
+			out = append(out, r.Err+": "+r.Detail)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// reachable polls addr from the client until one connection succeeds, and returns how long it took.
+func (b *bed) reachable(addr string, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		res, _ := harness.HitWith(ctx, b.Topo.Client, "tcp", addr, 1, harness.HitOptions{Timeout: 500 * time.Millisecond})
+		cancel()
+		if len(res) == 1 && res[0].Err == "" {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > limit {
+			return time.Since(start), fmt.Errorf("%s not reachable within %v", addr, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// healthProbe polls the daemon's /healthz every interval until stop is closed and returns the codes seen.
+func healthProbe(d *harness.Daemon, interval time.Duration, stop <-chan struct{}) <-chan map[int]int {
+	out := make(chan map[int]int, 1)
+	go func() {
+		codes := map[int]int{}
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			code, _, err := d.Get(10256, "/healthz")
+			if err != nil {
+				code = -1
+			}
+			codes[code]++
+			select {
+			case <-stop:
+				out <- codes
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// formatCodes shows health codes as "200 ×12, 503 ×3".
+func formatCodes(codes map[int]int) string {
+	var parts []string
+	for _, c := range []int{200, 503, -1} {
+		if n := codes[c]; n > 0 {
+			name := fmt.Sprint(c)
+			if c == -1 {
+				name = "no answer"
+			}
+			parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// logLine returns the first line of the daemon's log (since offset bytes) matching re, shortened.
+func logLine(d *harness.Daemon, offset int, re string) string {
+	log := d.Proc.Log()
+	if offset > len(log) {
+		offset = 0
+	}
+	m := regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:])
+	m = strings.TrimSpace(m)
+	// Drop klog's header (level, date, time, pid, file:line).
+	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
+		m = m[i+2:]
+	}
+	if len(m) > 160 {
+		m = m[:160] + "…"
+	}
+	return m
+}
+
+// sumMetric adds up every sample of a metric in the daemon's /metrics (0 when it has none).
+func sumMetric(d *harness.Daemon, name string) float64 {
+	var sum float64
+	for _, l := range strings.Split(d.Metrics(), "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// lastStatus returns the last STATUS= line the daemon sent to its notify socket.
+func lastStatus(d *harness.Daemon) string {
+	st := ""
+	for _, m := range d.Notify.Received() {
+		if m.PID != d.Proc.PID() {
+			continue
+		}
+		for _, l := range strings.Split(m.Text, "\n") {
+			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
+				st = s
+			}
+		}
+	}
+	return st
+}
+
+// record adds a row, failing the test if it cannot be written.
+func record(t *testing.T, r Row) {
+	t.Helper()
+	t.Logf("row: %s | %s | sent %d, failed %d | converge %s | %s", r.Fault, r.Mode, r.Sent, r.Failed, r.Converge, r.Sees)
+	if err := Record(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// alive fails the test if the daemon exited or was restarted (its PID changed).
+func alive(t *testing.T, d *harness.Daemon, pid int, when string) {
+	t.Helper()
+	if d.Proc.Exited() || d.Proc.PID() != pid {
+		t.Errorf("%s: the daemon exited (%v)", when, d.Proc.ExitErr())
+	}
+}
+
+// hold takes the bed's xtables lock with flock for d, in the background; the returned func waits for
+// the release.
+func (b *bed) holdLock(d time.Duration) (release func()) {
+	b.t.Helper()
+	dir := b.t.TempDir()
+	held := dir + "/held"
+	cmd := b.Topo.Node.Command(context.Background(), "flock", "-x", b.xt.LockFile, "sh", "-c",
+		fmt.Sprintf("touch %s; sleep %d", held, int(d.Seconds())))
+	proc, err := harness.StartProcess("flock holder", cmd, dir+"/flock.log")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Cleanup(func() { _ = proc.Stop(syscall.SIGTERM, 5*time.Second) })
+	harness.Eventually(b.t, "the lock to be held", 10*time.Second, func() (bool, string) {
+		_, err := os.Stat(held)
+		return err == nil, "not yet"
+	})
+	return func() { <-proc.Done() }
+}
