@@ -75,6 +75,9 @@ func main() {
 		os.Exit(0)
 	}
 	klog.InfoS("Starting kube-proxy", "version", version, "commit", commit, "config", opts.ConfigFile, "overriddenByFlags", opts.Overrides(fs))
+	if version != "v0.0.0-dev" { // else the toolchain's VCS stamp says more (proxy.BuildInfo)
+		proxy.SetBuildInfo(proxy.BuildInfo{Version: version, Commit: commit})
+	}
 	if opts.Cleanup {
 		exitOn(rules.Cleanup(context.Background()))
 		klog.InfoS("Cleanup done")

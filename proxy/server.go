@@ -48,12 +48,6 @@ func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, 
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerProcessMetrics(registry) // client-go's rest_client_* and kubernetes_build_info, as upstream
 	syncPeriod, minSyncPeriod := cfg.SyncPeriods()
-	gateOn := func(name string, def bool) bool {
-		if v, ok := cfg.FeatureGates[name]; ok {
-			return v
-		}
-		return def
-	}
 	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg, listenRetry: 5 * time.Second}
 	byFamily := map[v1.IPFamily]*ServiceHealth{}
 	s.Proxy = New(Options{
@@ -61,7 +55,7 @@ func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, 
 		Dataplanes:    dataplanes,
 		SyncPeriod:    syncPeriod,
 		MinSyncPeriod: minSyncPeriod,
-		ExternalIPs:   gateOn("AllowServiceExternalIPs", true),
+		ExternalIPs:   cfg.FeatureEnabled("AllowServiceExternalIPs"),
 		Registry:      registry,
 		OnApplied:     func(snap *Snapshot) { byFamily[snap.Family].Sync(snap) },
 	})

@@ -85,7 +85,7 @@ func ConfigFrom(c *config.KubeProxyConfiguration, family v1.IPFamily) (Config, e
 	if err != nil {
 		return Config{}, err
 	}
-	return Config{Settings: s, LocalhostReject: c.FeatureGates["KubeProxyNFTablesLocalhostNodePorts"]}, nil
+	return Config{Settings: s, LocalhostReject: c.FeatureEnabled("KubeProxyNFTablesLocalhostNodePorts")}, nil
 }
 
 // Reconfigure takes a reloaded configuration file. A change to what the table depends on makes the next
