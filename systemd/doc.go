@@ -1,5 +1,7 @@
 // Package systemd makes the daemon a good systemd citizen: sd_notify READY/RELOADING/STOPPING/STATUS
-// messages, watchdog pings sent only while the sync loop turns, and a reload handshake so that
-// `systemctl reload` returns only after the daemon has re-read its configuration, on every systemd version.
-// The unit file kube-proxy.service lives beside this package.
+// messages, watchdog pings sent only while the sync loop turns, a reload handshake so that `systemctl
+// reload` returns only after the daemon has re-read its configuration, on every systemd version, and the
+// log output (Logging: upstream's text or JSON format, split streams, journal priorities,
+// verbosity/vmodule/flushFrequency changed on reload). The unit file kube-proxy.service lives beside this
+// package.
 package systemd
