@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -203,21 +204,28 @@ func TestXtablesLockHeld(t *testing.T) {
 	}
 }
 
-// TestApplyFailing makes every apply fail (the faults build) for a while with traffic flowing: no
-// restart, existing Services unaffected, healthy while nothing is queued, unhealthy once a change waits,
-// converged soon after the failures end.
+// TestApplyFailing makes every write of the rules fail for a while with traffic flowing: in mode iptables
+// the real iptables-nft-restore and ip6tables-nft-restore, through wrappers first in the daemon's PATH
+// that exit 1 while a flag file exists; in mode nftables (whose netlink writer runs no command) the
+// faults build's KP_FAULT_FAIL_APPLY. Expected: no restart, existing Services unaffected, healthy while
+// nothing is queued, unhealthy once a change waits, converged soon after the failures end.
 func TestApplyFailing(t *testing.T) {
-	faults := os.Getenv(harness.EnvFaultsBinary)
-	if faults == "" {
-		t.Skip(harness.EnvFaultsBinary + " is not set (make build-faults)")
-	}
 	failFor := Pick(20*time.Second, 10*time.Minute)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			b := newBed(t, mode)
 			targets := b.web()
 			flag := filepath.Join(t.TempDir(), "fail")
-			d := b.start(harness.DaemonOptions{Binary: faults, Env: []string{"KP_FAULT_FAIL_APPLY=" + flag}})
+			opts, how := failingRestore(t, flag)
+			if mode == "nftables" {
+				faults := os.Getenv(harness.EnvFaultsBinary)
+				if faults == "" {
+					t.Skip(harness.EnvFaultsBinary + " is not set (make build-faults)")
+				}
+				opts = harness.DaemonOptions{Binary: faults, Env: []string{"KP_FAULT_FAIL_APPLY=" + flag}}
+				how = "the faults build's KP_FAULT_FAIL_APPLY fails every apply"
+			}
+			d := b.start(opts)
 			pid := d.Proc.PID()
 			tr := harness.StartTraffic(b.Topo.Client, targets)
 			tr.WaitFor(t, 20)
@@ -244,8 +252,8 @@ func TestApplyFailing(t *testing.T) {
 			res := tr.Stop()
 			alive(t, d, pid, "after the failures")
 			syncFailures := d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total")
-			record(t, Row{Order: 50, Mode: mode, Fault: fmt.Sprintf("every apply failing for %v", failFor),
-				Action: "faults build (KP_FAULT_FAIL_APPLY) with traffic flowing; a Service created halfway; then the failures stop",
+			record(t, Row{Order: 50, Mode: mode, Fault: fmt.Sprintf("every write of the rules failing for %v", failFor),
+				Action: how + ", with traffic flowing; a Service created halfway; then the failures stop",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (the waiting Service, from the recovery)",
 				Sees: fmt.Sprintf("no restart; /healthz %s (503 only once the change had waited 2 × syncPeriod); kubeproxy_sync_proxy_rules_failures_total %v; STATUS %q",
 					formatCodes(seen), syncFailures, status)})
@@ -258,6 +266,27 @@ func TestApplyFailing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingRestore returns daemon options whose PATH starts with wrappers of iptables-nft-restore and
+// ip6tables-nft-restore that fail (exit 1, with a message like the real one's) while flag exists and run
+// the real command otherwise.
+func failingRestore(t *testing.T, flag string) (harness.DaemonOptions, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, tool := range []string{"iptables-nft-restore", "ip6tables-nft-restore"} {
+		real, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := fmt.Sprintf("#!/bin/sh\nif [ -e %q ]; then echo \"%s: line 2 failed (fault injected)\" >&2; cat >/dev/null; exit 1; fi\nexec %q \"$@\"\n",
+			flag, tool, real)
+		if err := os.WriteFile(filepath.Join(dir, tool), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return harness.DaemonOptions{Env: []string{"PATH=" + dir + ":" + os.Getenv("PATH")}},
+		"iptables-nft-restore and ip6tables-nft-restore exit 1 (wrappers first in PATH)"
 }
 
 // TestReloadFaults reloads an invalid configuration and one that changes a restart-only field, with
