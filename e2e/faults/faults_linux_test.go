@@ -17,6 +17,34 @@ import (
 	"kube-proxy/e2e/harness"
 )
 
+// TestBaseline sends the rows' traffic for the apiserver row's length with no fault at all: the floor
+// the other rows' failed connections compare with (a connection given 2 s on a loaded machine, with the
+// client's ports reused every ~40 s at this rate, can time out without any fault). It records, and fails
+// nothing.
+func TestBaseline(t *testing.T) {
+	d := Pick(10*time.Second, 120*time.Second)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			b := newBed(t, mode)
+			targets := b.web()
+			b.start(harness.DaemonOptions{})
+			tr := harness.StartTraffic(b.Topo.Client, targets)
+			time.Sleep(d)
+			res := tr.Stop()
+			record(t, Row{Order: 5, Mode: mode, Fault: fmt.Sprintf("none: the baseline, %v", d),
+				Action: "the same traffic as the other rows (4 connections at a time to a cluster IP and a NodePort, 2 s each) and nothing else",
+				Sent:   len(res), Failed: failures(res), Sees: "the floor for the other rows' failed connections: " + orNone(failed(res))})
+		})
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none failed"
+	}
+	return s
+}
+
 // TestAPIServerDown stops the apiserver with traffic flowing: existing Services keep working, /healthz
 // stays 200 (nothing is queued), and a change made once it is back lands within 2 s.
 func TestAPIServerDown(t *testing.T) {
