@@ -101,10 +101,10 @@ func failures(res []harness.HitResult) int {
 	return n
 }
 
-// expectNoFailures fails t when connections to existing Services failed during a fault. A single
-// timeout in ten thousand connections is logged rather than failed in the short form: with a 2 s dial
-// timeout on a loaded two-core CI machine it is noise (the row still counts it); the full form
-// (KP_FAULTS_LONG) tolerates nothing.
+// expectNoFailures fails t when connections to existing Services failed during a fault. Timeouts up to
+// one in ten thousand connections are logged rather than failed: the baseline row (TestBaseline: the same
+// traffic, no fault) shows that floor on a loaded two-core machine with a 2 s dial timeout; the rows
+// still count them. Any refusal or reset, or more timeouts, fails.
 func expectNoFailures(t *testing.T, what string, res []harness.HitResult) {
 	t.Helper()
 	n := failures(res)
@@ -117,8 +117,8 @@ func expectNoFailures(t *testing.T, what string, res []harness.HitResult) {
 			timeouts++
 		}
 	}
-	if !Long() && timeouts == n && n*10000 <= len(res) {
-		t.Logf("%s: %d of %d connections timed out (tolerated in the short form): %s", what, n, len(res), failed(res))
+	if timeouts == n && n*10000 <= len(res) {
+		t.Logf("%s: %d of %d connections timed out (within the baseline's floor): %s", what, n, len(res), failed(res))
 		return
 	}
 	t.Errorf("%s: %d of %d connections failed: %s", what, n, len(res), failed(res))
