@@ -152,6 +152,45 @@ func (b *bed) reachable(addr string, limit time.Duration) (time.Duration, error)
 	}
 }
 
+// observation is what a fault row watches while the fault lasts: connections to the bed's Services and the
+// daemon's /healthz, polled every second.
+type observation struct {
+	tr    *harness.Traffic
+	stop  chan struct{}
+	codes <-chan map[int]int
+}
+
+// observe starts traffic to targets (and waits for its first 20 connections) and the health probe.
+func (b *bed) observe(d *harness.Daemon, targets []harness.Target) *observation {
+	b.t.Helper()
+	o := &observation{tr: harness.StartTraffic(b.Topo.Client, targets), stop: make(chan struct{})}
+	o.tr.WaitFor(b.t, 20)
+	o.codes = healthProbe(d, time.Second, o.stop)
+	return o
+}
+
+// end stops both and returns the connections made and the health codes seen.
+func (o *observation) end() ([]harness.HitResult, map[int]int) {
+	close(o.stop)
+	codes := <-o.codes
+	return o.tr.Stop(), codes
+}
+
+// change creates Service name with pod behind it (a change for the daemon to apply) and returns a func
+// that waits until the Service answers and says how long that took from since.
+func (b *bed) change(name string, pod int) func(since time.Time) time.Duration {
+	b.t.Helper()
+	svc := b.CreateService(b.t, name, nil)
+	b.SetEndpoints(b.t, name, harness.ReadyEndpoint(pod))
+	return func(since time.Time) time.Duration {
+		b.t.Helper()
+		if _, err := b.reachable(harness.HostPort(svc.Spec.ClusterIP, svcTCP), time.Minute); err != nil {
+			b.t.Error(err)
+		}
+		return time.Since(since)
+	}
+}
+
 // healthProbe polls the daemon's /healthz every interval until stop is closed and returns the codes seen.
 func healthProbe(d *harness.Daemon, interval time.Duration, stop <-chan struct{}) <-chan map[int]int {
 	out := make(chan map[int]int, 1)

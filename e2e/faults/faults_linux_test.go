@@ -56,10 +56,7 @@ func TestAPIServerDown(t *testing.T) {
 			d := b.start(harness.DaemonOptions{})
 			pid := d.Proc.PID()
 			offset := len(d.Proc.Log())
-			tr := harness.StartTraffic(b.Topo.Client, targets)
-			tr.WaitFor(t, 20)
-			stop := make(chan struct{})
-			codes := healthProbe(d, time.Second, stop)
+			o := b.observe(d, targets)
 			if err := b.Cluster.StopAPIServer(); err != nil {
 				t.Fatal(err)
 			}
@@ -70,17 +67,10 @@ func TestAPIServerDown(t *testing.T) {
 			if err := b.Cluster.StartAPIServer(ctx); err != nil {
 				t.Fatal(err)
 			}
-			close(stop)
-			seen := <-codes
-			res := tr.Stop()
+			res, seen := o.end()
 			// A change once it is back: a new Service, timed from its creation to its first answer.
 			start := time.Now()
-			after := b.CreateService(t, "after", nil)
-			b.SetEndpoints(t, "after", harness.ReadyEndpoint(2))
-			if _, err := b.reachable(harness.HostPort(after.Spec.ClusterIP, svcTCP), time.Minute); err != nil {
-				t.Error(err)
-			}
-			converge := time.Since(start)
+			converge := b.change("after", 2)(start)
 			alive(t, d, pid, "after the outage")
 			record(t, Row{Order: 10, Mode: mode, Fault: fmt.Sprintf("API server stopped for %v", down),
 				Action: "stop kube-apiserver with traffic to a cluster IP and a NodePort; start it; create a Service",
@@ -205,22 +195,12 @@ func TestXtablesLockHeld(t *testing.T) {
 			targets := b.web()
 			d := b.start(harness.DaemonOptions{})
 			pid := d.Proc.PID()
-			tr := harness.StartTraffic(b.Topo.Client, targets)
-			tr.WaitFor(t, 20)
-			stop := make(chan struct{})
-			codes := healthProbe(d, time.Second, stop)
+			o := b.observe(d, targets)
 			wait := b.holdLock(hold)
-			late := b.CreateService(t, "late", nil)
-			b.SetEndpoints(t, "late", harness.ReadyEndpoint(2))
+			late := b.change("late", 2)
 			wait()
-			released := time.Now()
-			if _, err := b.reachable(harness.HostPort(late.Spec.ClusterIP, svcTCP), time.Minute); err != nil {
-				t.Error(err)
-			}
-			converge := time.Since(released)
-			close(stop)
-			seen := <-codes
-			res := tr.Stop()
+			converge := late(time.Now()) // from the release
+			res, seen := o.end()
 			alive(t, d, pid, "after the lock was released")
 			record(t, Row{Order: 40 + i, Mode: "iptables", Fault: fmt.Sprintf("xtables lock held for %v", hold),
 				Action: "flock -x on the xtables lock (iptables-legacy; iptables-nft takes none) with traffic flowing; create a Service while it is held",
@@ -255,29 +235,19 @@ func TestApplyFailing(t *testing.T) {
 			}
 			d := b.start(opts)
 			pid := d.Proc.PID()
-			tr := harness.StartTraffic(b.Topo.Client, targets)
-			tr.WaitFor(t, 20)
+			o := b.observe(d, targets)
 			if err := os.WriteFile(flag, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			stop := make(chan struct{})
-			codes := healthProbe(d, time.Second, stop)
 			time.Sleep(failFor / 2)
-			late := b.CreateService(t, "late", nil) // queued, cannot reach the kernel
-			b.SetEndpoints(t, "late", harness.ReadyEndpoint(3))
+			late := b.change("late", 3) // queued, cannot reach the kernel
 			time.Sleep(failFor / 2)
 			status := lastStatus(d)
 			if err := os.Remove(flag); err != nil {
 				t.Fatal(err)
 			}
-			recovered := time.Now()
-			if _, err := b.reachable(harness.HostPort(late.Spec.ClusterIP, svcTCP), time.Minute); err != nil {
-				t.Error(err)
-			}
-			converge := time.Since(recovered)
-			close(stop)
-			seen := <-codes
-			res := tr.Stop()
+			converge := late(time.Now()) // from the recovery
+			res, seen := o.end()
 			alive(t, d, pid, "after the failures")
 			syncFailures := d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total")
 			record(t, Row{Order: 50, Mode: mode, Fault: fmt.Sprintf("every write of the rules failing for %v", failFor),
