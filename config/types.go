@@ -29,6 +29,9 @@ const (
 	ModeIPVS        ProxyMode = "ipvs"
 	ModeNFTables    ProxyMode = "nftables"
 	ModeKernelspace ProxyMode = "kernelspace"
+	// ModeUserspace is the seed design's third mode, which upstream removed in 1.26: the daemon itself
+	// proxies each Service port. This project's extension.
+	ModeUserspace ProxyMode = "userspace"
 )
 
 // LocalMode names how traffic from local pods is recognised

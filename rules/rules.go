@@ -41,6 +41,8 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	case config.ModeNFTables:
 		dps, err = newNFTables(cfg, reg)
 		others, what = cleanupXtables, "iptables and IPVS modes' rules"
+	case config.ModeUserspace:
+		dps, err = newUserspace(ctx, cfg, nodeName, reg)
 	default:
 		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs or nftables)", cfg.Mode)
 	}
@@ -50,89 +52,10 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	return afterFirstSync(ctx, dps, what, others), nil
 }
 
-// newNFTables sets up mode nftables: a dataplane per family, dual-stack unless the kernel's IPv6 is off.
-func newNFTables(cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	if err := nftables.Usable(); err != nil {
-		return nil, err
-	}
-	metrics := nftables.NewMetrics(reg)
-	ctMetrics := conntrack.NewMetrics(reg)
-	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		if err := nftables.FamilyUsable(family); err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
-		}
-		dp, err := nftables.New(cfg, family, conntrack.NewCleaner(family, ctMetrics), metrics)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-	}
-	return out, nil
-}
-
-// newIPTables sets up mode iptables: the conntrack sysctls, the backend the node already uses, and a
-// dataplane per family whose tools work here. Like upstream, it runs dual-stack whenever both iptables and
-// ip6tables work, and single-stack when only the primary family does.
-func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	backend, why, err := xtables.Detect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	klog.InfoS("Using iptables backend", "backend", backend, "reason", why)
-	metrics := iptables.NewMetrics(reg)
-	ctMetrics := conntrack.NewMetrics(reg)
-	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		runner, err := xtables.UsableRunner(backend, family)
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
-		}
-		icfg, err := iptables.ConfigFrom(cfg, family)
-		if err != nil {
-			return nil, err
-		}
-		metrics.SetBackend(string(backend), family)
-		if backend == xtables.BackendNFT {
-			// iptables-nft-restore's time grows faster than its input: big syncs go in chunks.
-			icfg.ChunkLines = 2500
-		}
-		dp := iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics)
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-	}
-	return out, nil
-}
-
-// newIPVS sets up mode ipvs: a dataplane per family, dual-stack when the second family's iptables works
-// too (IPVS mode still needs iptables for masquerading and filtering).
-func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		dp, err := ipvs.New(ctx, cfg, family, nodeName, reg)
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
-		}
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-	}
-	return out, nil
-}
-
 // Cleanup removes every chain, rule, IPVS service, ipset, dummy link and nftables table this daemon or
 // upstream kube-proxy created, in every iptables backend and IP family present.
 func Cleanup(ctx context.Context) error {
-	return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx))
+	return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx), cleanupUserspace(ctx))
 }
 
 // cleanupXtables removes what modes iptables and ipvs write: iptables rules in both backends and

@@ -1,0 +1,36 @@
+package rules
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/nftables"
+)
+
+// newNFTables sets up mode nftables: a dataplane per family, dual-stack unless the kernel's IPv6 is off.
+func newNFTables(cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	if err := nftables.Usable(); err != nil {
+		return nil, err
+	}
+	metrics := nftables.NewMetrics(reg)
+	ctMetrics := conntrack.NewMetrics(reg)
+	var out []proxy.FamilyDataplane
+	for i, family := range proxy.Families(cfg) {
+		if err := nftables.FamilyUsable(family); err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
+			continue
+		}
+		dp, err := nftables.New(cfg, family, conntrack.NewCleaner(family, ctMetrics), metrics)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+	}
+	return out, nil
+}
