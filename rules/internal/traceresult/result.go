@@ -30,6 +30,10 @@ type Outcome struct {
 	Remembered []string
 	// Path lists the chains entered, in order.
 	Path []string
+	// Rules lists the rules that took an action on the packet (a jump, a mark, a verdict, NAT, a map
+	// lookup that matched), in order, each as "CHAIN: rule" in the tracer's canonical form (iptables:
+	// "table/CHAIN: rule options").
+	Rules []string
 }
 
 // Result is every way a packet can go.

@@ -60,11 +60,13 @@ type state struct {
 	prob   float64
 	recent []string
 	path   []string
+	rules  []string
 }
 
 func (s state) fork() state {
 	s.recent = slices.Clip(s.recent)
 	s.path = slices.Clip(s.path)
+	s.rules = slices.Clip(s.rules)
 	return s
 }
 
@@ -155,6 +157,7 @@ func (tr *tracer) outcome(st state, v, hook string) Outcome {
 		Probability: st.prob,
 		Remembered:  slices.Clone(st.recent),
 		Path:        slices.Clone(st.path),
+		Rules:       slices.Clone(st.rules),
 	}
 	if v == "ACCEPT" {
 		if tr.pkt.Local || !tr.pkt.isLocal(st.dst) {
@@ -230,6 +233,7 @@ func (tr *tracer) chain(t *Table, c *Chain, idx int, st state, depth int) ([]bra
 		if r.Target == "" || r.Target == "MARK" {
 			if r.Target == "MARK" {
 				st.mark = (st.mark &^ r.MarkMask) ^ r.MarkValue
+				st.rules = append(st.rules, t.Name+"/"+c.Name+": "+r.String())
 			}
 			continue
 		}
@@ -240,6 +244,9 @@ func (tr *tracer) chain(t *Table, c *Chain, idx int, st state, depth int) ([]bra
 
 // target applies rule i's target to a branch that matched it, and walks on as far as the chain goes.
 func (tr *tracer) target(t *Table, c *Chain, i int, r *Rule, st state, depth int) ([]branch, error) {
+	if r.Target != "" {
+		st.rules = append(slices.Clip(st.rules), t.Name+"/"+c.Name+": "+r.String())
+	}
 	switch r.Target {
 	case "":
 		return tr.chain(t, c, i+1, st, depth)

@@ -135,3 +135,24 @@ func TestTraceSpreadIsEven(t *testing.T) {
 		}
 	}
 }
+
+func TestTraceListsTheRulesThatActed(t *testing.T) {
+	ts := New(false)
+	mustRestore(t, ts, traceRules, true)
+	node := []netip.Addr{netip.MustParseAddr("192.168.0.1")}
+	res, err := ts.Trace(Packet{Src: netip.MustParseAddr("10.244.0.5"), Dst: netip.MustParseAddr("10.0.0.12"), Protocol: "tcp", DPort: 53, InIface: "cbr0", LocalAddrs: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 1 {
+		t.Fatalf("want one outcome:\n%s", res)
+	}
+	want := []string{
+		"nat/PREROUTING: -j SVC",
+		"filter/FORWARD: -m conntrack --ctstate NEW -j FW",
+		"filter/FW: -d 10.0.0.12/32 -j REJECT --reject-with icmp-port-unreachable",
+	}
+	if diff := cmp.Diff(want, res.Outcomes[0].Rules); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

@@ -60,6 +60,7 @@ type state struct {
 	prob     float64
 	added    []string
 	path     []string
+	rules    []string
 	hook     string
 }
 
@@ -173,6 +174,7 @@ func (tr *tracer) outcome(st state, v walkVerdict) Outcome {
 		Probability: st.prob,
 		Remembered:  slices.Clone(st.added),
 		Path:        slices.Clone(st.path),
+		Rules:       slices.Clone(st.rules),
 	}
 }
 
@@ -250,6 +252,9 @@ func (tr *tracer) rules(c *Chain, idx int, st state, depth int) ([]branch, error
 		}
 		var out []branch
 		for _, a := range acts {
+			if !a.next {
+				a.st.rules = append(slices.Clip(a.st.rules), c.Name+": "+c.Rules[i].String())
+			}
 			brs, err := tr.act(c, i, a, depth)
 			if err != nil {
 				return nil, err

@@ -283,6 +283,17 @@ func TestTraceDetails(t *testing.T) {
 		Path: []string{"filter-prerouting-pre-dnat", "firewall-check", "nat-prerouting", "services",
 			"external-3VHN2JBC-ns3/svc3/tcp/p80", "service-3VHN2JBC-ns3/svc3/tcp/p80",
 			"filter-forward", "service-endpoints-check", "cluster-ips-check", "nat-postrouting", "masquerading"},
+		Rules: []string{
+			"filter-prerouting-pre-dnat: ct state new jump firewall-check",
+			"nat-prerouting: jump services",
+			"services: fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports",
+			"external-3VHN2JBC-ns3/svc3/tcp/p80: goto service-3VHN2JBC-ns3/svc3/tcp/p80",
+			"service-3VHN2JBC-ns3/svc3/tcp/p80: meta l4proto tcp dnat to 10.180.0.3:80",
+			"filter-forward: ct state new jump service-endpoints-check",
+			"filter-forward: ct state new jump cluster-ips-check",
+			"nat-postrouting: jump masquerading",
+			"masquerading: mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random",
+		},
 	}}}
 	if diff := cmp.Diff(want, res, addrPortEqual); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
