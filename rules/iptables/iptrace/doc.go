@@ -6,7 +6,11 @@
 //
 // Supported: -s/-d/-i/-o/-p with "!", -m comment, tcp, udp, sctp (--dport, --sport), addrtype
 // (--src-type/--dst-type), statistic (--mode random --probability), recent (--set, --rcheck, --update with
-// --seconds/--reap), mark (--mark), conntrack (--ctstate); targets ACCEPT, DROP, REJECT, RETURN, MARK,
-// DNAT, MASQUERADE, user chains with -j and -g. Anything else is an error, so an unexpected rule shape
-// fails a test instead of being ignored.
+// --seconds/--reap), mark (--mark), conntrack (--ctstate), set (--match-set over the ipsets given with
+// SetIPSet, on all of a set's dimensions), physdev (--physdev-is-in only), ipvs (--vaddr, --vport,
+// --vproto); targets ACCEPT, DROP, REJECT, RETURN, MARK, DNAT, MASQUERADE, user chains with -j and -g.
+// Anything else is an error, so an unexpected rule shape fails a test instead of being ignored.
+//
+// For IPVS mode, the IPVS virtual servers given with AddVirtualServer take part in the walk where the
+// kernel's IPVS hooks sit (see Tables.Trace).
 package iptrace

@@ -53,7 +53,24 @@ type Match struct {
 	HasMask             bool
 	// conntrack
 	CtStates []string
+	// set: the set's name and the packet fields its dimensions take, in order ("src" or "dst" each)
+	SetName string
+	SetDirs []string
+	// physdev (only --physdev-is-in)
+	PhysdevIsIn bool
+	// ipvs: the virtual server IPVS sent the packet to (zero values: not matched on)
+	VAddr  AddrMask
+	VPort  uint16
+	VProto uint8
+
+	ipv6 bool
 }
+
+// maxSetDims is the most dimensions an ipset match takes (IPSET_DIM_MAX).
+const maxSetDims = 6
+
+// protoNumbers are the protocols an ipvs match may name.
+var protoNumbers = map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}
 
 // tokenize splits an iptables-restore line into words, honouring double quotes and backslash escapes in
 // them as iptables-restore does.
@@ -260,11 +277,11 @@ func ParseRule(args []string, ipv6 bool) (*Rule, error) {
 				return nil, err
 			}
 			switch v {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack", "set", "physdev", "ipvs":
 			default:
 				return nil, fmt.Errorf("couldn't load match %q: not supported by iptrace", v)
 			}
-			cur = &Match{Module: v}
+			cur = &Match{Module: v, ipv6: ipv6}
 			r.Matches = append(r.Matches, cur)
 			inTarget = false
 			continue
@@ -407,6 +424,12 @@ func (m *Match) accepts(opt string) bool {
 		return opt == "--mark"
 	case "conntrack":
 		return opt == "--ctstate"
+	case "set":
+		return opt == "--match-set"
+	case "physdev":
+		return opt == "--physdev-is-in"
+	case "ipvs":
+		return opt == "--vaddr" || opt == "--vport" || opt == "--vproto"
 	}
 	return false
 }
@@ -414,7 +437,8 @@ func (m *Match) accepts(opt string) bool {
 func (m *Match) option(a string, not bool, i *int, next func(*int, string) (string, error)) error {
 	var v string
 	var err error
-	needsArg := !(a == "--set" || a == "--rcheck" || a == "--update" || a == "--remove" || a == "--reap" || a == "--rsource")
+	needsArg := !(a == "--set" || a == "--rcheck" || a == "--update" || a == "--remove" || a == "--reap" || a == "--rsource" ||
+		a == "--physdev-is-in")
 	if needsArg {
 		if v, err = next(i, a); err != nil {
 			return err
@@ -423,7 +447,7 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 	if not {
 		switch a {
 		case "--dport", "--sport", "--destination-port", "--source-port", "--src-type", "--dst-type", "--mark", "--ctstate",
-			"--rcheck", "--set", "--update", "--remove":
+			"--rcheck", "--set", "--update", "--remove", "--match-set", "--physdev-is-in", "--vaddr", "--vport", "--vproto":
 		default:
 			return fmt.Errorf("\"!\" not allowed before %s", a)
 		}
@@ -503,6 +527,43 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 			}
 		}
 		m.CtStates = strings.Split(v, ",")
+	case "--match-set":
+		// The set's name, then its dimensions' directions as the next word.
+		dirs, err := next(i, a)
+		if err != nil {
+			return err
+		}
+		m.SetName, m.SetDirs = v, strings.Split(dirs, ",")
+		if len(m.SetDirs) > maxSetDims {
+			return fmt.Errorf("set match: more than %d dimensions in %q", maxSetDims, dirs)
+		}
+		for _, d := range m.SetDirs {
+			if d != "src" && d != "dst" {
+				return fmt.Errorf("set match: bad direction %q in %q", d, dirs)
+			}
+		}
+	case "--physdev-is-in":
+		m.PhysdevIsIn = true
+	case "--vaddr":
+		if m.VAddr, err = parsePrefix(v, m.ipv6); err != nil {
+			return err
+		}
+	case "--vport":
+		n, err := strconv.ParseUint(v, 10, 16)
+		if err != nil {
+			return fmt.Errorf("ipvs: bad --vport %q", v)
+		}
+		m.VPort = uint16(n)
+	case "--vproto":
+		n, ok := protoNumbers[strings.ToLower(v)]
+		if !ok {
+			p, err := strconv.ParseUint(v, 10, 8)
+			if err != nil {
+				return fmt.Errorf("ipvs: bad --vproto %q", v)
+			}
+			n = uint8(p)
+		}
+		m.VProto = n
 	}
 	if not {
 		m.Not[key] = true
@@ -551,6 +612,18 @@ func (m *Match) check(r *Rule) error {
 	case "mark":
 		if m.MarkMask == 0 && m.MarkValue == 0 && !m.HasMask {
 			return fmt.Errorf("mark: --mark required")
+		}
+	case "set":
+		if m.SetName == "" {
+			return fmt.Errorf("set match: --match-set required")
+		}
+	case "physdev":
+		if !m.PhysdevIsIn {
+			return fmt.Errorf("physdev: only --physdev-is-in is supported by iptrace")
+		}
+	case "ipvs":
+		if !m.VAddr.IsValid() && m.VPort == 0 && m.VProto == 0 {
+			return fmt.Errorf("ipvs: one of --vaddr, --vport, --vproto required (bare --ipvs is not supported by iptrace)")
 		}
 	}
 	return nil
@@ -665,6 +738,21 @@ func (r *Rule) String() string {
 			opt(m.Not["--mark"], "--mark", v)
 		case "conntrack":
 			opt(m.Not["--ctstate"], "--ctstate", strings.Join(m.CtStates, ","))
+		case "set":
+			opt(m.Not["--match-set"], "--match-set", m.SetName+" "+strings.Join(m.SetDirs, ","))
+		case "physdev":
+			opt(m.Not["--physdev-is-in"], "--physdev-is-in", "")
+		case "ipvs":
+			// In libxt_ipvs' order: protocol (as a number), address with its mask, port.
+			if m.VProto != 0 {
+				opt(m.Not["--vproto"], "--vproto", strconv.Itoa(int(m.VProto)))
+			}
+			if m.VAddr.IsValid() {
+				opt(m.Not["--vaddr"], "--vaddr", m.VAddr.String())
+			}
+			if m.VPort != 0 {
+				opt(m.Not["--vport"], "--vport", strconv.Itoa(int(m.VPort)))
+			}
 		}
 	}
 	if r.Target != "" {

@@ -73,11 +73,15 @@ func (t *Table) references(chain string) int {
 
 // Tables is the iptables state of one IP family, as a fake kernel: payloads are applied with the semantics
 // of iptables-restore (with or without --noflush) and direct commands with those of iptables, and the state
-// prints back as iptables-save does. It is safe for concurrent use.
+// prints back as iptables-save does. It also holds what rules and packets may meet besides iptables: the
+// ipsets that "-m set" matches (SetIPSet) and the IPVS virtual servers (AddVirtualServer). It is safe for
+// concurrent use.
 type Tables struct {
 	mu     sync.Mutex
 	ipv6   bool
 	tables map[string]*Table
+	sets   map[string]*ipSet
+	vss    map[vsKey]*VirtualServer
 }
 
 // New returns an empty state for IPv4 (ipv6 false) or IPv6.
@@ -93,6 +97,8 @@ func (ts *Tables) Clone() *Tables {
 	for k, t := range ts.tables {
 		n.tables[k] = t.clone()
 	}
+	n.sets = maps.Clone(ts.sets) // sets and virtual servers are replaced whole, never changed in place
+	n.vss = maps.Clone(ts.vss)
 	return n
 }
 
@@ -523,6 +529,9 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 	}
 	r, err := ParseRule(args, ts.ipv6)
 	if err != nil {
+		return "", err
+	}
+	if err := ts.checkSets(r); err != nil {
 		return "", err
 	}
 	if err := ts.checkTarget(t, c, r); err != nil {

@@ -25,6 +25,11 @@ type Packet struct {
 	LocalAddrs []netip.Addr
 	// Recent lists the "-m recent" lists that already hold Src (a client with session affinity).
 	Recent []string
+	// Bridged is set for a packet that arrived through a bridge port (physdev --physdev-is-in).
+	Bridged bool
+	// Persistence holds the client's IPVS persistence templates: for a persistent virtual server (named
+	// as VirtualServer.String writes it, "tcp/10.96.0.1:80") the real server it already sent Src to.
+	Persistence map[string]netip.AddrPort
 }
 
 func (p *Packet) isLocal(a netip.Addr) bool {
@@ -61,6 +66,7 @@ type state struct {
 	recent []string
 	path   []string
 	rules  []string
+	ipvs   *VirtualServer // the virtual server IPVS sent the packet through, if any
 }
 
 func (s state) fork() state {
@@ -90,6 +96,11 @@ const (
 // in nat PREROUTING, then go to filter INPUT (and nat INPUT) when the destination is local, else to filter
 // FORWARD and nat POSTROUTING; local packets go through nat OUTPUT, filter OUTPUT and nat POSTROUTING.
 // Missing tables or chains accept. An error reports a rule the tracer cannot evaluate or a loop.
+//
+// IPVS, when virtual servers were given (AddVirtualServer), looks the packet up where the kernel's IPVS
+// hooks do: an arriving packet after filter INPUT, the node's own after nat OUTPUT. A packet for a virtual
+// server is sent to its real servers (see VirtualServer); an arriving one then leaves through filter
+// OUTPUT and nat POSTROUTING instead of going on to nat INPUT, as IPVS's NAT forwarding sends it.
 func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -101,7 +112,7 @@ func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 	}
 	var first []string
 	if pkt.Local {
-		first = []string{"nat/OUTPUT", "filter/OUTPUT", "nat/POSTROUTING"}
+		first = []string{"nat/OUTPUT", hookIPVS, "filter/OUTPUT", "nat/POSTROUTING"}
 	} else {
 		first = []string{"nat/PREROUTING"}
 	}
@@ -115,8 +126,14 @@ func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 			continue
 		}
 		hook := p.hooks[0]
-		brs, err := tr.hook(hook, p.st)
-		if err != nil {
+		var brs []branch
+		var err error
+		if hook == hookIPVS {
+			var hit bool
+			if brs, hit = tr.ipvsStep(p.st); hit && !pkt.Local {
+				p.hooks = []string{hookIPVS, "filter/OUTPUT", "nat/POSTROUTING"}
+			}
+		} else if brs, err = tr.hook(hook, p.st); err != nil {
 			return nil, err
 		}
 		for _, b := range brs {
@@ -126,7 +143,7 @@ func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 				if hook == "nat/PREROUTING" {
 					// The routing decision, on the destination after DNAT.
 					if pkt.isLocal(b.st.dst) {
-						rest = []string{"filter/INPUT", "nat/INPUT"}
+						rest = []string{"filter/INPUT", hookIPVS, "nat/INPUT"}
 					} else {
 						rest = []string{"filter/FORWARD", "nat/POSTROUTING"}
 					}
@@ -145,6 +162,9 @@ func (ts *Tables) Trace(pkt Packet) (*Result, error) {
 	})
 	return res, nil
 }
+
+// hookIPVS is the IPVS look-up's place among the hooks.
+const hookIPVS = "ipvs"
 
 func (tr *tracer) outcome(st state, v, hook string) Outcome {
 	o := Outcome{
@@ -384,6 +404,22 @@ func (tr *tracer) match(r *Rule, st *state) (float64, []string, error) {
 			}
 		case "mark":
 			if (st.mark&m.MarkMask == m.MarkValue) == m.Not["--mark"] {
+				return 0, nil, nil
+			}
+		case "set":
+			in, err := tr.inSet(m, st)
+			if err != nil {
+				return 0, nil, err
+			}
+			if in == m.Not["--match-set"] {
+				return 0, nil, nil
+			}
+		case "physdev":
+			if pkt.Bridged == m.Not["--physdev-is-in"] {
+				return 0, nil, nil
+			}
+		case "ipvs":
+			if !matchIPVS(m, st) {
 				return 0, nil, nil
 			}
 		case "conntrack":
