@@ -1,0 +1,21 @@
+// Package engine is the daemon's own TCP and UDP proxy: for each Service port a listener on the node that
+// forwards what it receives to an endpoint. Mode userspace points its capture rules at these listeners;
+// the same engine can serve any other front (mode nftables' localhost NodePorts).
+//
+// TCP: each accepted connection goes to the next endpoint in round-robin order, or to the one the client
+// used last when ClientIP affinity is on and its timeout has not passed. A connect that fails or times out
+// moves on to the next endpoint, each tried at most once. Bytes are copied with io.Copy between two
+// *net.TCPConn, which Go turns into splice(2), and a half-close (EOF in one direction) is passed on with
+// shutdown(SHUT_WR). A connection idle in both directions for longer than the idle timeout is closed; the
+// kernel's TCP_INFO says how long each socket has been idle, so copying keeps its zero-copy path.
+//
+// UDP: one upstream socket per client address, kept while packets flow and closed once idle for the UDP
+// idle timeout. Replies leave from the listener socket with the address the client's packet was delivered
+// to as their source, so that conntrack turns them back into replies from the Service address. The
+// upstream sockets are watched by one epoll goroutine per listener: an idle flow costs a socket and a map
+// entry, never a goroutine.
+//
+// Endpoints replaced: new connections go only to the new set; established ones keep running until they end
+// (counted as draining). Limits on concurrent connections per listener and in total protect the node (its
+// file descriptors above all); a connection over a limit is reset at once, counted, and logged.
+package engine

@@ -1,0 +1,246 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Options tune the engine. Zero values take the defaults below.
+type Options struct {
+	// ConnectTimeout bounds each TCP connect to one endpoint before the next one is tried (default 2 s).
+	ConnectTimeout time.Duration
+	// IdleTimeout closes a TCP connection idle in both directions this long (default 0: never).
+	IdleTimeout time.Duration
+	// UDPIdleTimeout closes a UDP flow without packets in either direction this long (default 250 ms).
+	UDPIdleTimeout time.Duration
+	// MaxConnsPerListener caps concurrent TCP connections and UDP flows of one listener (default 0: no cap
+	// but the total).
+	MaxConnsPerListener int
+	// MaxConnsTotal caps concurrent TCP connections and UDP flows of the engine; each costs two file
+	// descriptors. Default: what RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else,
+	// halved.
+	MaxConnsTotal int
+}
+
+const (
+	defaultConnectTimeout = 2 * time.Second
+	defaultUDPIdleTimeout = 250 * time.Millisecond
+)
+
+func (o Options) withDefaults() Options {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = defaultConnectTimeout
+	}
+	if o.UDPIdleTimeout <= 0 {
+		o.UDPIdleTimeout = defaultUDPIdleTimeout
+	}
+	if o.MaxConnsTotal <= 0 {
+		o.MaxConnsTotal = defaultMaxConns()
+	}
+	return o
+}
+
+// Key names one listener: a Service port and which of its endpoint selections it forwards to ("cluster"
+// or "local"), or anything else a front chooses.
+type Key struct {
+	Name     string
+	Protocol v1.Protocol
+	Policy   string
+}
+
+func (k Key) String() string { return fmt.Sprintf("%s/%s(%s)", k.Name, k.Protocol, k.Policy) }
+
+// Target is what a listener forwards to.
+type Target struct {
+	// Endpoints in the order round-robin walks them.
+	Endpoints []netip.AddrPort
+	// Affinity is the ClientIP session affinity timeout; 0 means none.
+	Affinity time.Duration
+}
+
+// Engine owns the listeners. Its methods are safe for concurrent use.
+type Engine struct {
+	opts    Options
+	metrics *Metrics
+	family  v1.IPFamily
+	bind    netip.Addr
+
+	total atomic.Int64 // concurrent connections and flows, all listeners
+
+	mu        sync.Mutex
+	listeners map[Key]listener
+	// lastLimitLog rate-limits the log line for a reached limit, per listener key (and "" for the total).
+	lastLimitLog map[string]time.Time
+}
+
+// listener is one TCP or UDP listener.
+type listener interface {
+	port() uint16
+	setTarget(Target)
+	close()
+}
+
+// New returns an engine whose listeners bind to bind (the family's unspecified address when invalid) on
+// ports the kernel chooses.
+func New(family v1.IPFamily, bind netip.Addr, opts Options, m *Metrics) *Engine {
+	if !bind.IsValid() {
+		bind = netip.IPv4Unspecified()
+		if family == v1.IPv6Protocol {
+			bind = netip.IPv6Unspecified()
+		}
+	}
+	return &Engine{opts: opts.withDefaults(), metrics: m, family: family, bind: bind,
+		listeners: map[Key]listener{}, lastLimitLog: map[string]time.Time{}}
+}
+
+// Options returns the options in force, defaults applied.
+func (e *Engine) Options() Options { return e.opts }
+
+// Ensure makes the listener of key forward to t, opening it when needed, and returns its port.
+func (e *Engine) Ensure(key Key, t Target) (uint16, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := e.listeners[key]; ok {
+		l.setTarget(t)
+		return l.port(), nil
+	}
+	var (
+		l   listener
+		err error
+	)
+	switch key.Protocol {
+	case v1.ProtocolTCP:
+		l, err = e.listenTCP(key, t)
+	case v1.ProtocolUDP:
+		l, err = e.listenUDP(key, t)
+	default:
+		err = fmt.Errorf("protocol %s is not supported by the userspace proxy", key.Protocol)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("opening listener for %s: %w", key, err)
+	}
+	e.listeners[key] = l
+	e.metrics.listeners.WithLabelValues(string(key.Protocol)).Inc()
+	klog.V(2).InfoS("Opened userspace proxy listener", "service", key.Name, "protocol", key.Protocol, "policy", key.Policy, "port", l.port())
+	return l.port(), nil
+}
+
+// Port returns the port of key's listener, or 0.
+func (e *Engine) Port(key Key) uint16 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := e.listeners[key]; ok {
+		return l.port()
+	}
+	return 0
+}
+
+// Keys returns the keys of the open listeners.
+func (e *Engine) Keys() []Key {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Key, 0, len(e.listeners))
+	for k := range e.listeners {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Key) int {
+		if c := compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		if c := compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+			return c
+		}
+		return compare(a.Policy, b.Policy)
+	})
+	return out
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Remove closes key's listener. Its established TCP connections keep running until they end; its UDP
+// flows end at once.
+func (e *Engine) Remove(key Key) {
+	e.mu.Lock()
+	l, ok := e.listeners[key]
+	delete(e.listeners, key)
+	delete(e.lastLimitLog, key.String())
+	e.mu.Unlock()
+	if ok {
+		l.close()
+		e.metrics.listeners.WithLabelValues(string(key.Protocol)).Dec()
+		klog.V(2).InfoS("Closed userspace proxy listener", "service", key.Name, "protocol", key.Protocol, "policy", key.Policy)
+	}
+}
+
+// Close closes every listener.
+func (e *Engine) Close() {
+	for _, k := range e.Keys() {
+		e.Remove(k)
+	}
+}
+
+// admit takes a slot for a new connection or flow of a listener holding n of them; false (counted and
+// logged) when a limit is reached.
+func (e *Engine) admit(key Key, n *atomic.Int64) bool {
+	proto := string(key.Protocol)
+	if max := e.opts.MaxConnsPerListener; max > 0 && n.Add(1) > int64(max) {
+		n.Add(-1)
+		e.metrics.refused.WithLabelValues(proto, limitService).Inc()
+		e.logLimit(key.String(), "Userspace proxy connection limit of a Service port reached; new connections are reset",
+			"service", key.Name, "protocol", key.Protocol, "limit", max)
+		return false
+	} else if max <= 0 {
+		n.Add(1)
+	}
+	if e.total.Add(1) > int64(e.opts.MaxConnsTotal) {
+		e.total.Add(-1)
+		n.Add(-1)
+		e.metrics.refused.WithLabelValues(proto, limitTotal).Inc()
+		e.logLimit("", "Userspace proxy total connection limit reached; new connections are reset", "limit", e.opts.MaxConnsTotal)
+		return false
+	}
+	e.metrics.accepted.WithLabelValues(proto).Inc()
+	e.metrics.active.WithLabelValues(proto).Inc()
+	return true
+}
+
+// release gives back what admit took.
+func (e *Engine) release(proto v1.Protocol, n *atomic.Int64) {
+	n.Add(-1)
+	e.total.Add(-1)
+	e.metrics.active.WithLabelValues(string(proto)).Dec()
+}
+
+// logLimit logs a reached limit at most every 10 s per limit.
+func (e *Engine) logLimit(which, msg string, kv ...any) {
+	e.mu.Lock()
+	now := time.Now()
+	last, seen := e.lastLimitLog[which]
+	log := !seen || now.Sub(last) >= 10*time.Second
+	if log {
+		e.lastLimitLog[which] = now
+	}
+	e.mu.Unlock()
+	if log {
+		klog.InfoS(msg, kv...)
+	}
+}
+
+// errNoEndpoints is returned when a listener has no endpoint to forward to.
+var errNoEndpoints = errors.New("no endpoints")

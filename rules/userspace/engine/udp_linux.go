@@ -1,0 +1,357 @@
+package engine
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// udpListener receives datagrams on one port and forwards them, one upstream socket per client address.
+// Two goroutines serve it whatever the number of flows: the reader of the listener socket, and the epoll
+// loop that reads the upstream sockets and expires idle flows.
+type udpListener struct {
+	e    *Engine
+	key  Key
+	conn *net.UDPConn
+	v6   bool
+	bal  balancer
+	n    atomic.Int64
+
+	epfd, wakefd int
+	closed       atomic.Bool
+	done         sync.WaitGroup
+
+	mu    sync.Mutex
+	flows map[netip.AddrPort]*udpFlow // by client address
+	byFD  map[int32]*udpFlow
+}
+
+// udpFlow is one client address's upstream socket.
+type udpFlow struct {
+	client netip.AddrPort
+	local  netip.Addr // where the client's packets were delivered: the replies' source
+	ep     netip.AddrPort
+	fd     int
+	last   atomic.Int64 // unix nanoseconds of the last packet either way
+}
+
+func (e *Engine) listenUDP(key Key, t Target) (listener, error) {
+	network, v6 := "udp4", e.family == v1.IPv6Protocol
+	if v6 {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.bind, 0)))
+	if err != nil {
+		return nil, err
+	}
+	l := &udpListener{e: e, key: key, conn: conn, v6: v6, flows: map[netip.AddrPort]*udpFlow{}, byFD: map[int32]*udpFlow{}, epfd: -1, wakefd: -1}
+	if err := l.setup(); err != nil {
+		l.closeFDs()
+		_ = conn.Close()
+		return nil, err
+	}
+	l.bal.set(t)
+	l.done.Add(2)
+	go l.readClients()
+	go l.readUpstreams()
+	return l, nil
+}
+
+// setup asks for the packets' destination addresses and makes the epoll set with its wake-up eventfd.
+func (l *udpListener) setup() error {
+	rc, err := l.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if l.v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return err
+	}
+	if l.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return err
+	}
+	return unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.wakefd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.wakefd)})
+}
+
+func (l *udpListener) port() uint16 { return uint16(l.conn.LocalAddr().(*net.UDPAddr).Port) }
+
+// setTarget replaces the endpoints. Flows to removed endpoints end at once: a UDP client keeps sending to
+// the Service address and gets a new flow to a current endpoint with its next packet.
+func (l *udpListener) setTarget(t Target) {
+	l.bal.set(t)
+	l.mu.Lock()
+	var gone []*udpFlow
+	for _, f := range l.flows {
+		if !l.bal.has(f.ep) {
+			gone = append(gone, f)
+		}
+	}
+	for _, f := range gone {
+		l.dropLocked(f)
+	}
+	l.mu.Unlock()
+}
+
+func (l *udpListener) close() {
+	if l.closed.Swap(true) {
+		return
+	}
+	_ = l.conn.Close()
+	var one [8]byte
+	one[0] = 1
+	_, _ = unix.Write(l.wakefd, one[:])
+	l.done.Wait()
+	l.mu.Lock()
+	for _, f := range l.flows {
+		l.dropLocked(f)
+	}
+	l.mu.Unlock()
+	l.closeFDs()
+}
+
+func (l *udpListener) closeFDs() {
+	if l.epfd >= 0 {
+		_ = unix.Close(l.epfd)
+	}
+	if l.wakefd >= 0 {
+		_ = unix.Close(l.wakefd)
+	}
+}
+
+// dropLocked ends a flow; l.mu is held.
+func (l *udpListener) dropLocked(f *udpFlow) {
+	if l.flows[f.client] != f {
+		return
+	}
+	delete(l.flows, f.client)
+	delete(l.byFD, int32(f.fd))
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd, nil)
+	_ = unix.Close(f.fd)
+	l.e.release(v1.ProtocolUDP, &l.n)
+}
+
+// readClients forwards each client datagram on its flow, making the flow on a client's first packet.
+func (l *udpListener) readClients() {
+	defer l.done.Done()
+	buf := make([]byte, 65535)
+	oob := make([]byte, 128)
+	for {
+		n, oobn, _, from, err := l.conn.ReadMsgUDPAddrPort(buf, oob)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.closed.Load() {
+				return
+			}
+			klog.V(2).InfoS("Userspace proxy UDP read failed", "service", l.key.Name, "err", err)
+			continue
+		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		f := l.flow(from, oob[:oobn])
+		if f == nil {
+			continue
+		}
+		f.last.Store(time.Now().UnixNano())
+		if _, err := unix.Write(f.fd, buf[:n]); err != nil {
+			if errors.Is(err, unix.ECONNREFUSED) {
+				// An earlier datagram drew an ICMP port unreachable: this one is lost too, and the next
+				// packet of the client starts over with another endpoint.
+				l.mu.Lock()
+				l.bal.forget(from.Addr(), f.ep)
+				l.dropLocked(f)
+				l.mu.Unlock()
+				l.e.metrics.failedOver.WithLabelValues("UDP").Inc()
+			}
+			continue
+		}
+		l.e.metrics.bytes.WithLabelValues("UDP", toEndpoint).Add(float64(n))
+	}
+}
+
+// flow returns the client's flow, making one (nil when no endpoint can be reached or a limit is reached).
+func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
+	l.mu.Lock()
+	f := l.flows[client]
+	l.mu.Unlock()
+	if f != nil {
+		return f
+	}
+	local, ok := pktinfoDst(oob)
+	if !ok {
+		klog.V(2).InfoS("Userspace proxy UDP datagram without its destination address; dropped", "service", l.key.Name)
+		return nil
+	}
+	now := time.Now()
+	order := l.bal.order(client.Addr(), now)
+	if len(order) == 0 {
+		return nil
+	}
+	if !l.e.admit(l.key, &l.n) {
+		return nil
+	}
+	for i, ep := range order {
+		fd, err := dialUDP(ep)
+		if err != nil {
+			if i < len(order)-1 {
+				l.e.metrics.failedOver.WithLabelValues("UDP").Inc()
+			}
+			continue
+		}
+		f = &udpFlow{client: client, local: local, ep: ep, fd: fd}
+		f.last.Store(now.UnixNano())
+		l.mu.Lock()
+		if l.closed.Load() {
+			l.mu.Unlock()
+			_ = unix.Close(fd)
+			break
+		}
+		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			l.mu.Unlock()
+			_ = unix.Close(fd)
+			continue
+		}
+		l.flows[client] = f
+		l.byFD[int32(fd)] = f
+		l.mu.Unlock()
+		l.bal.used(client.Addr(), ep, now)
+		return f
+	}
+	l.e.release(v1.ProtocolUDP, &l.n)
+	l.e.metrics.failed.WithLabelValues("UDP").Inc()
+	return nil
+}
+
+// dialUDP returns a non-blocking UDP socket connected to ep.
+func dialUDP(ep netip.AddrPort) (int, error) {
+	domain := unix.AF_INET
+	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ep.Port()), Addr: ep.Addr().As4()}
+	if ep.Addr().Is6() {
+		domain = unix.AF_INET6
+		sa = &unix.SockaddrInet6{Port: int(ep.Port()), Addr: ep.Addr().As16()}
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Connect(fd, sa); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// readUpstreams waits on every flow's socket at once, sends replies back to their clients from the
+// address the client wrote to, and expires idle flows.
+func (l *udpListener) readUpstreams() {
+	defer l.done.Done()
+	timeout := l.e.opts.UDPIdleTimeout
+	tick := max(timeout/4, time.Millisecond)
+	events := make([]unix.EpollEvent, 64)
+	buf := make([]byte, 65535)
+	lastSweep := time.Now()
+	for !l.closed.Load() {
+		n, err := unix.EpollWait(l.epfd, events, int(tick/time.Millisecond)+1)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			klog.ErrorS(err, "Userspace proxy UDP epoll failed", "service", l.key.Name)
+			time.Sleep(tick)
+			continue
+		}
+		for i := range n {
+			fd := events[i].Fd
+			if int(fd) == l.wakefd {
+				continue
+			}
+			l.mu.Lock()
+			f := l.byFD[fd]
+			l.mu.Unlock()
+			if f != nil {
+				l.drain(f, buf)
+			}
+		}
+		if now := time.Now(); now.Sub(lastSweep) >= tick {
+			lastSweep = now
+			l.expire(now, timeout)
+		}
+	}
+}
+
+// drain reads every datagram waiting on f's socket and sends it to the client.
+func (l *udpListener) drain(f *udpFlow, buf []byte) {
+	oob := pktinfoSrc(f.local)
+	for {
+		n, err := unix.Read(f.fd, buf)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBADF) {
+				return
+			}
+			if errors.Is(err, unix.ECONNREFUSED) {
+				continue // an ICMP error for an earlier datagram; the socket stays usable
+			}
+			return
+		}
+		f.last.Store(time.Now().UnixNano())
+		if _, _, err := l.conn.WriteMsgUDPAddrPort(buf[:n], oob, f.client); err != nil {
+			klog.V(4).InfoS("Userspace proxy UDP reply failed", "service", l.key.Name, "client", f.client, "err", err)
+			continue
+		}
+		l.e.metrics.bytes.WithLabelValues("UDP", toClient).Add(float64(n))
+	}
+}
+
+// expire ends flows without a packet for timeout.
+func (l *udpListener) expire(now time.Time, timeout time.Duration) {
+	cut := now.Add(-timeout).UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, f := range l.flows {
+		if f.last.Load() <= cut {
+			l.dropLocked(f)
+		}
+	}
+}
+
+// pktinfoDst returns the destination address of a received datagram from its control messages.
+func pktinfoDst(oob []byte) (netip.Addr, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo:
+			var a [4]byte
+			copy(a[:], m.Data[8:12]) // ipi_addr: the header's destination address
+			return netip.AddrFrom4(a), true
+		case m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_PKTINFO && len(m.Data) >= unix.SizeofInet6Pktinfo:
+			var a [16]byte
+			copy(a[:], m.Data[:16])
+			return netip.AddrFrom16(a), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// pktinfoSrc returns the control message that makes a datagram leave from src.
+func pktinfoSrc(src netip.Addr) []byte {
+	if src.Is4() {
+		return unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: src.As4()})
+	}
+	return unix.PktInfo6(&unix.Inet6Pktinfo{Addr: src.As16()})
+}

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	v1 "k8s.io/api/core/v1"
+)
+
+// udpBackend answers each datagram with its name, the sender's address and the datagram.
+func udpBackend(t *testing.T, name string) netip.AddrPort {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteToUDPAddrPort([]byte(name+" "+from.String()+" "+string(buf[:n])), from)
+		}
+	}()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+var udpKey = Key{Name: "ns/dns:dns", Protocol: v1.ProtocolUDP, Policy: "cluster"}
+
+// exchange sends msg from c to svc and returns the answer; it checks that the answer came from svc.
+func exchange(t *testing.T, c *net.UDPConn, svc netip.AddrPort, msg string) []string {
+	t.Helper()
+	if _, err := c.WriteToUDPAddrPort([]byte(msg), svc); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 2048)
+	n, from, err := c.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatalf("no answer to %q: %v", msg, err)
+	}
+	if from != svc {
+		t.Errorf("answer came from %s, want %s", from, svc)
+	}
+	f := strings.Fields(string(buf[:n]))
+	if len(f) != 3 || f[2] != msg {
+		t.Fatalf("answer %q does not carry %q", buf[:n], msg)
+	}
+	return f
+}
+
+func TestUDPFlowsPerClient(t *testing.T) {
+	a, b := udpBackend(t, "a"), udpBackend(t, "b")
+	e, m := newEngine(t, Options{UDPIdleTimeout: 200 * time.Millisecond})
+	svc := ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{a, b}})
+
+	c1, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	c2, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+
+	// One client's packets share one flow: one endpoint, one upstream source port.
+	first := exchange(t, c1, svc, "q1")
+	for i := range 5 {
+		got := exchange(t, c1, svc, "q"+string(rune('2'+i)))
+		if got[0] != first[0] || got[1] != first[1] {
+			t.Fatalf("packet %d went %v, first went %v: want the same flow", i+2, got[:2], first[:2])
+		}
+	}
+	// Another client gets its own flow, to the next endpoint.
+	other := exchange(t, c2, svc, "r1")
+	if other[0] == first[0] {
+		t.Errorf("second client went to %s too; want round-robin to the other endpoint", other[0])
+	}
+	if n := testutil.ToFloat64(m.accepted.WithLabelValues("UDP")); n != 2 {
+		t.Errorf("flows accepted = %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(m.active.WithLabelValues("UDP")); n != 2 {
+		t.Errorf("flows active = %v, want 2", n)
+	}
+	// Idle flows expire; the client's next packet starts a new flow.
+	waitFor(t, "idle flows expired", func() bool { return testutil.ToFloat64(m.active.WithLabelValues("UDP")) == 0 })
+	again := exchange(t, c1, svc, "q9")
+	if again[1] == first[1] {
+		t.Errorf("after expiry the flow kept its upstream socket %s", first[1])
+	}
+	if n := testutil.ToFloat64(m.bytes.WithLabelValues("UDP", toEndpoint)); n != 16 {
+		t.Errorf("bytes to endpoints = %v, want 16", n)
+	}
+}
+
+func TestUDPEndpointRemovedEndsItsFlows(t *testing.T) {
+	a, b := udpBackend(t, "a"), udpBackend(t, "b")
+	e, m := newEngine(t, Options{UDPIdleTimeout: time.Hour})
+	svc := ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{a}})
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := exchange(t, c, svc, "x"); got[0] != "a" {
+		t.Fatalf("went to %s", got[0])
+	}
+	ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{b}})
+	if got := exchange(t, c, svc, "y"); got[0] != "b" {
+		t.Fatalf("after a was removed, went to %s; want b", got[0])
+	}
+	if n := testutil.ToFloat64(m.active.WithLabelValues("UDP")); n != 1 {
+		t.Errorf("flows active = %v, want 1", n)
+	}
+	e.Remove(udpKey)
+	if n := testutil.ToFloat64(m.active.WithLabelValues("UDP")); n != 0 {
+		t.Errorf("flows active after Remove = %v, want 0", n)
+	}
+}
+
+func TestUDPManyIdleFlowsNoGoroutines(t *testing.T) {
+	a := udpBackend(t, "a")
+	e, m := newEngine(t, Options{UDPIdleTimeout: time.Hour})
+	svc := ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{a}})
+	before := goroutines()
+	var conns []*net.UDPConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 200 {
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		exchange(t, c, svc, "z")
+	}
+	if n := testutil.ToFloat64(m.active.WithLabelValues("UDP")); n != 200 {
+		t.Fatalf("flows active = %v, want 200", n)
+	}
+	if after := goroutines(); after > before+5 {
+		t.Errorf("goroutines %d -> %d with 200 idle flows; want no goroutine per flow", before, after)
+	}
+}

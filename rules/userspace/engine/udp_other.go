@@ -1,0 +1,10 @@
+//go:build !linux
+
+package engine
+
+import "errors"
+
+// listenUDP needs Linux's IP_PKTINFO and epoll.
+func (e *Engine) listenUDP(Key, Target) (listener, error) {
+	return nil, errors.New("the userspace UDP proxy needs Linux")
+}
