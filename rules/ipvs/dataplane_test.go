@@ -81,7 +81,7 @@ func TestApplyConverges(t *testing.T) {
 				}
 				apply(t, d, s.snap, s.full)
 				checkKernel(t, s.name, cfg, k, s.snap)
-				if got, want := k.rules[v4].dump(), rulesDump(t, d, s.snap); got != want {
+				if got, want := k.rules[v4].dump(), rulesDump(t, d, k, s.snap); got != want {
 					t.Errorf("%s: iptables differ from the rendered rules (-want +got):\n%s", s.name, cmp.Diff(want, got))
 				}
 			}
@@ -91,9 +91,9 @@ func TestApplyConverges(t *testing.T) {
 
 // rulesDump is what the fake iptables should hold after restoring d's rules for snap onto empty tables
 // and ensuring the jumps.
-func rulesDump(t *testing.T, d *Dataplane, snap *proxy.Snapshot) string {
+func rulesDump(t *testing.T, d *Dataplane, k *fakeKernel, snap *proxy.Snapshot) string {
 	t.Helper()
-	f := newFakeRules()
+	f := newFakeRules(d.family, k.sets)
 	payload := renderRules(&d.cfg, &ruleInputs{nonEmpty: d.want.nonEmpty(), noNodeAccess: d.want.sortedNoNodeAccess(), node: &snap.Node})
 	if err := f.restore(context.Background(), payload); err != nil {
 		t.Fatalf("restoring the rendered rules: %v", err)
@@ -123,7 +123,9 @@ func TestPartialTouchesOnlyChanges(t *testing.T) {
 	k.ipvs.vs[key(protoTCP, "10.96.0.20:80")].reals[rkey("10.244.9.9:80")] = &kernelReal{key: rkey("10.244.9.9:80"), weight: 1}
 	delete(k.sets.sets["KUBE-CLUSTER-IP"].entries, entry{ip: netip.MustParseAddr("10.96.0.20"), proto: protoTCP, port: 80})
 	delete(k.links.links[DummyLink], netip.MustParseAddr("203.0.113.7"))
-	k.rules[v4].tables["nat"]["KUBE-MARK-MASQ"] = nil
+	if _, err := k.rules[v4].ts.Run("-t", "nat", "-F", "KUBE-MARK-MASQ"); err != nil {
+		t.Fatal(err)
+	}
 	k.ipvs.vs[key(protoTCP, "10.96.0.99:80")] = &fakeVS{kernelVS: kernelVS{key: key(protoTCP, "10.96.0.99:80"), scheduler: "rr"}, reals: map[realKey]*kernelReal{}}
 	tampered := fakeState(v4, k).String()
 	tamperedRules := k.rules[v4].dump()
@@ -143,7 +145,7 @@ func TestPartialTouchesOnlyChanges(t *testing.T) {
 
 	apply(t, d, s2, true)
 	checkKernel(t, "after a full sync", cfg, k, s2)
-	if got, want := k.rules[v4].dump(), rulesDump(t, d, s2); got != want {
+	if got, want := k.rules[v4].dump(), rulesDump(t, d, k, s2); got != want {
 		t.Errorf("full sync did not repair the rules (-want +got):\n%s", cmp.Diff(want, got))
 	}
 }
@@ -305,7 +307,7 @@ func TestFailureForcesFull(t *testing.T) {
 	}
 	k.rules[v4].fail = nil
 	apply(t, d, s2, false)
-	if got, want := k.rules[v4].dump(), rulesDump(t, d, s2); got != want {
+	if got, want := k.rules[v4].dump(), rulesDump(t, d, k, s2); got != want {
 		t.Errorf("rules not restored after a failure:\n%s", cmp.Diff(want, got))
 	}
 }

@@ -1,15 +1,14 @@
 package ipvs
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/iptables/iptrace"
 )
 
 // The fakes simulate the kernel objects the writer manages: they keep state, and fail as the kernel does
@@ -366,158 +365,61 @@ func (f *fakeLinks) localAddrs(family v1.IPFamily, except string) ([]netip.Addr,
 	return out, nil
 }
 
-// fakeRules is one family's iptables: tables of chains of rules, fed by iptables-restore --noflush
-// payloads (declared chains are flushed or created, "-A" appends to a known chain, "-X" deletes an empty
-// unreferenced chain, each table commits atomically) and jump rules prepended to built-in chains.
+// fakeRules is one family's iptables: iptrace's model of the kernel's tables, which applies
+// iptables-restore payloads and iptables commands as the real tools do and refuses what they refuse,
+// rules naming a missing ipset included (the fake sets of the family are handed to it before each
+// write). The same model traces packets through the rules (trace_test.go).
 type fakeRules struct {
-	tables map[string]map[string][]string
+	family v1.IPFamily
+	ts     *iptrace.Tables
+	sets   *fakeSets
 	fail   error
 }
 
-var builtinChains = map[string][]string{
-	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
-	"filter": {"INPUT", "FORWARD", "OUTPUT"},
+func newFakeRules(family v1.IPFamily, sets *fakeSets) *fakeRules {
+	return &fakeRules{family: family, ts: iptrace.New(family == v1.IPv6Protocol), sets: sets}
 }
 
-func newFakeRules() *fakeRules {
-	f := &fakeRules{tables: map[string]map[string][]string{}}
-	for t, chains := range builtinChains {
-		f.tables[t] = map[string][]string{}
-		for _, c := range chains {
-			f.tables[t][c] = nil
+// syncSets gives the model the fake kernel's sets of the family, as they are now.
+func (f *fakeRules) syncSets() error {
+	for name, s := range f.sets.sets {
+		if s.family != f.family {
+			continue
+		}
+		members := make([]string, 0, len(s.entries))
+		for e := range s.entries {
+			members = append(members, e.String())
+		}
+		if err := f.ts.SetIPSet(name, s.typ, members...); err != nil {
+			return err
 		}
 	}
-	return f
+	return nil
 }
 
 func (f *fakeRules) restore(_ context.Context, payload []byte) error {
 	if f.fail != nil {
 		return f.fail
 	}
-	sc := bufio.NewScanner(bytes.NewReader(payload))
-	var table string
-	var work map[string][]string
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "*"):
-			table = line[1:]
-			if f.tables[table] == nil {
-				return fmt.Errorf("line %d: unknown table %s", n, table)
-			}
-			work = map[string][]string{}
-			for c, rs := range f.tables[table] {
-				work[c] = slices.Clone(rs)
-			}
-		case line == "COMMIT":
-			if work == nil {
-				return fmt.Errorf("line %d: COMMIT outside a table", n)
-			}
-			f.tables[table] = work
-			work = nil
-		case work == nil:
-			return fmt.Errorf("line %d: %q outside a table", n, line)
-		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			work[name] = []string{}
-		case strings.HasPrefix(line, "-A "):
-			chain, rule, _ := strings.Cut(line[3:], " ")
-			if _, ok := work[chain]; !ok {
-				return fmt.Errorf("line %d: chain %s does not exist", n, chain)
-			}
-			if j := jumpTarget(rule); j != "" && !isTerminal(j) {
-				if _, ok := work[j]; !ok {
-					return fmt.Errorf("line %d: target %s does not exist", n, j)
-				}
-			}
-			work[chain] = append(work[chain], rule)
-		case strings.HasPrefix(line, "-X "):
-			chain := line[3:]
-			if len(work[chain]) > 0 {
-				return fmt.Errorf("line %d: chain %s is not empty", n, chain)
-			}
-			for c, rs := range work {
-				for _, r := range rs {
-					if jumpTarget(r) == chain {
-						return fmt.Errorf("line %d: chain %s is referenced by %s", n, chain, c)
-					}
-				}
-			}
-			delete(work, chain)
-		default:
-			return fmt.Errorf("line %d: cannot parse %q", n, line)
-		}
+	if err := f.syncSets(); err != nil {
+		return err
 	}
-	if work != nil {
-		return fmt.Errorf("no COMMIT for table %s", table)
-	}
-	return nil
-}
-
-func jumpTarget(rule string) string {
-	f := strings.Fields(rule)
-	for i := 0; i+1 < len(f); i++ {
-		if f[i] == "-j" {
-			return f[i+1]
-		}
-	}
-	return ""
-}
-
-func isTerminal(t string) bool {
-	switch t {
-	case "ACCEPT", "DROP", "REJECT", "RETURN", "MARK", "MASQUERADE":
-		return true
-	}
-	return false
+	return f.ts.Restore(payload, iptrace.RestoreOptions{NoFlush: true})
 }
 
 func (f *fakeRules) ensureJump(j jumpRule) error {
-	chain, ok := f.tables[j.table][j.chain]
-	if !ok {
-		return fmt.Errorf("no chain %s/%s", j.table, j.chain)
+	if err := f.syncSets(); err != nil {
+		return err
 	}
-	if _, ok := f.tables[j.table][j.target]; !ok {
-		return fmt.Errorf("target %s does not exist", j.target)
-	}
-	rule := strings.Join(quoteArgs(j.spec()), " ")
-	if slices.Contains(chain, rule) {
+	if _, err := f.ts.Run(append([]string{"-t", j.table, "-C", j.chain}, j.spec()...)...); err == nil {
 		return nil
 	}
-	f.tables[j.table][j.chain] = append([]string{rule}, chain...)
-	return nil
+	_, err := f.ts.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...)
+	return err
 }
 
-func quoteArgs(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if strings.Contains(a, " ") {
-			a = `"` + a + `"`
-		}
-		out[i] = a
-	}
-	return out
-}
-
-// dump writes the tables, chains sorted by name, in iptables-save's shape.
-func (f *fakeRules) dump() string {
-	var b strings.Builder
-	for _, t := range []string{"nat", "filter"} {
-		b.WriteString("*" + t + "\n")
-		chains := make([]string, 0, len(f.tables[t]))
-		for c := range f.tables[t] {
-			chains = append(chains, c)
-		}
-		slices.Sort(chains)
-		for _, c := range chains {
-			for _, r := range f.tables[t][c] {
-				b.WriteString("-A " + c + " " + r + "\n")
-			}
-		}
-	}
-	return b.String()
-}
+// dump writes the tables as iptables-save does.
+func (f *fakeRules) dump() string { return f.ts.SaveAll() }
 
 // fakeSysctl is /proc/sys.
 type fakeSysctl map[string]string

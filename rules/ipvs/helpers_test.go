@@ -180,8 +180,9 @@ type fakeKernel struct {
 }
 
 func newFakeKernel(eth0 ...string) *fakeKernel {
-	return &fakeKernel{ipvs: newFakeIPVS(), sets: newFakeSets(), links: newFakeLinks(eth0...),
-		rules: map[v1.IPFamily]*fakeRules{v4: newFakeRules(), v6: newFakeRules()}, sysctl: newFakeSysctl()}
+	sets := newFakeSets()
+	return &fakeKernel{ipvs: newFakeIPVS(), sets: sets, links: newFakeLinks(eth0...),
+		rules: map[v1.IPFamily]*fakeRules{v4: newFakeRules(v4, sets), v6: newFakeRules(v6, sets)}, sysctl: newFakeSysctl()}
 }
 
 func (k *fakeKernel) kernel(family v1.IPFamily) kernel {

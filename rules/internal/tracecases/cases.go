@@ -25,6 +25,7 @@ type Mode string
 const (
 	IPTables Mode = "iptables"
 	NFTables Mode = "nftables"
+	IPVS     Mode = "ipvs"
 )
 
 // NodeIP is the node's address, ClusterCIDR the cluster's pod CIDR (the local-traffic detector of the
@@ -134,6 +135,12 @@ const (
 	whyUnknownPort = "upstream's nftables mode rejects traffic to ports a cluster IP does not serve (cluster-ips-check)"
 	whyUnallocated = "upstream's nftables mode drops traffic to unallocated addresses of the ServiceCIDRs (cluster-ips-check)"
 	whyLocalhost   = "nftables cannot DNAT packets to 127.0.0.1: upstream's nftables mode serves no NodePort on localhost"
+
+	whyIPVSFilter     = "IPVS mode (as upstream's) rejects new connections to ports a Service address does not serve (KUBE-IPVS-FILTER): the address is local, on kube-ipvs0"
+	whyIPVSLocalhost  = "IPVS mode (as upstream's) serves no NodePort on 127.0.0.1: IPVS cannot return a pod's reply to a loopback source"
+	whyIPVSLocalOnly  = "IPVS mode (as upstream's) sends a Local-policy external address to local endpoints only, from the node and its pods too, and the node's own source address needs no masquerading"
+	whyIPVSNoLocalSrc = "IPVS mode (as upstream's) does not masquerade Local-policy NodePort traffic; the node's own source address needs none"
+	whyIPVSUnreach    = "in IPVS mode the node's own traffic to a virtual server without real servers gets IPVS's ICMP port unreachable; the DROP (KUBE-PROXY-FIREWALL, in INPUT and FORWARD) sees only arriving traffic"
 )
 
 // Cases returns the table: ClusterIP, NodePort, externalIP and load balancer addresses × traffic
@@ -142,40 +149,54 @@ func Cases() []Case {
 	nft := func(want Outcome, why string) map[Mode]Difference {
 		return map[Mode]Difference{NFTables: {Want: want, Why: why}}
 	}
+	ipvs := func(want Outcome, why string) map[Mode]Difference {
+		return map[Mode]Difference{IPVS: {Want: want, Why: why}}
+	}
+	both := func(a, b map[Mode]Difference) map[Mode]Difference {
+		out := map[Mode]Difference{}
+		for _, m := range []map[Mode]Difference{a, b} {
+			for k, v := range m {
+				out[k] = v
+			}
+		}
+		return out
+	}
 	return []Case{
 		// ClusterIP: spread over all endpoints; masqueraded unless from a local pod.
 		{Dst: "10.96.1.1:80", Proto: "tcp", From: FromPod, Want: Reach(false, LocalEP, RemoteEP)},
 		{Dst: "10.96.1.1:80", Proto: "tcp", From: FromOtherNode, Want: Reach(true, LocalEP, RemoteEP)},
 		{Dst: "10.96.1.1:80", Proto: "tcp", From: FromNode, Want: Reach(true, LocalEP, RemoteEP)},
-		{Dst: "10.96.1.1:81", Proto: "tcp", From: FromPod, Want: Untouched, Differ: nft(Rejected, whyUnknownPort)},
-		{Dst: "10.96.1.1:80", Proto: "udp", From: FromPod, Want: Untouched, Differ: nft(Rejected, whyUnknownPort)},
+		{Dst: "10.96.1.1:81", Proto: "tcp", From: FromPod, Want: Untouched, Differ: both(nft(Rejected, whyUnknownPort), ipvs(Rejected, whyIPVSFilter))},
+		{Dst: "10.96.1.1:80", Proto: "udp", From: FromPod, Want: Untouched, Differ: both(nft(Rejected, whyUnknownPort), ipvs(Rejected, whyIPVSFilter))},
 		{Dst: "10.96.200.1:80", Proto: "tcp", From: FromPod, Want: Untouched, Differ: nft(Dropped, whyUnallocated)},
 		// NodePort with Cluster policy: always masqueraded, on the node IP (and on localhost in mode iptables).
 		{Dst: NodeIP + ":30002", Proto: "tcp", From: FromOtherNode, Want: Reach(true, LocalEP, RemoteEP)},
 		{Dst: NodeIP + ":30002", Proto: "tcp", From: FromPod, Want: Reach(true, LocalEP, RemoteEP)},
 		{Dst: NodeIP + ":30002", Proto: "tcp", From: FromNode, Want: Reach(true, LocalEP, RemoteEP)},
-		{Dst: "127.0.0.1:30002", Proto: "tcp", From: FromLocalhost, Want: Reach(true, LocalEP, RemoteEP), Differ: nft(Untouched, whyLocalhost)},
+		{Dst: "127.0.0.1:30002", Proto: "tcp", From: FromLocalhost, Want: Reach(true, LocalEP, RemoteEP),
+			Differ: both(nft(Untouched, whyLocalhost), ipvs(Untouched, whyIPVSLocalhost))},
 		{Dst: "10.0.0.9:30002", Proto: "tcp", From: FromOtherNode, Want: Untouched}, // not a local address
 		// externalTrafficPolicy Local: outside traffic keeps its source and stays on this node; pods and the
 		// node itself are short-circuited to all endpoints.
 		{Dst: NodeIP + ":30003", Proto: "tcp", From: FromOtherNode, Want: Reach(false, LocalEP)},
 		{Dst: "203.0.113.3:80", Proto: "tcp", From: FromOutside, Want: Reach(false, LocalEP)},
 		{Dst: "192.0.2.3:80", Proto: "tcp", From: FromOutside, Want: Reach(false, LocalEP)},
-		{Dst: "203.0.113.3:80", Proto: "tcp", From: FromPod, Want: Reach(false, LocalEP, RemoteEP)},
-		{Dst: NodeIP + ":30003", Proto: "tcp", From: FromNode, Want: Reach(true, LocalEP, RemoteEP)},
-		{Dst: "127.0.0.1:30003", Proto: "tcp", From: FromLocalhost, Want: Reach(true, LocalEP, RemoteEP), Differ: nft(Untouched, whyLocalhost)},
+		{Dst: "203.0.113.3:80", Proto: "tcp", From: FromPod, Want: Reach(false, LocalEP, RemoteEP), Differ: ipvs(Reach(false, LocalEP), whyIPVSLocalOnly)},
+		{Dst: NodeIP + ":30003", Proto: "tcp", From: FromNode, Want: Reach(true, LocalEP, RemoteEP), Differ: ipvs(Reach(false, LocalEP), whyIPVSLocalOnly)},
+		{Dst: "127.0.0.1:30003", Proto: "tcp", From: FromLocalhost, Want: Reach(true, LocalEP, RemoteEP),
+			Differ: both(nft(Untouched, whyLocalhost), ipvs(Untouched, whyIPVSLocalhost))},
 		{Dst: "10.96.1.3:80", Proto: "tcp", From: FromOtherNode, Want: Reach(true, LocalEP, RemoteEP)},
 		// ... without local endpoints: outside traffic is dropped, short-circuited traffic still works.
 		{Dst: NodeIP + ":30004", Proto: "tcp", From: FromOtherNode, Want: Dropped},
 		{Dst: "203.0.113.4:80", Proto: "tcp", From: FromOutside, Want: Dropped},
 		{Dst: "203.0.113.4:80", Proto: "tcp", From: FromPod, Want: Reach(false, RemoteEP)},
-		{Dst: NodeIP + ":30004", Proto: "tcp", From: FromNode, Want: Reach(true, RemoteEP)},
+		{Dst: NodeIP + ":30004", Proto: "tcp", From: FromNode, Want: Reach(true, RemoteEP), Differ: ipvs(Reach(false, RemoteEP), whyIPVSNoLocalSrc)},
 		{Dst: "10.96.1.4:80", Proto: "tcp", From: FromPod, Want: Reach(false, RemoteEP)},
 		// internalTrafficPolicy Local.
 		{Dst: "10.96.1.5:53", Proto: "udp", From: FromPod, Want: Reach(false, "10.244.1.5:53")},
 		{Dst: "10.96.1.5:53", Proto: "udp", From: FromOtherNode, Want: Reach(true, "10.244.1.5:53")},
 		{Dst: "10.96.1.6:53", Proto: "udp", From: FromPod, Want: Dropped},
-		{Dst: "10.96.1.6:53", Proto: "udp", From: FromNode, Want: Dropped},
+		{Dst: "10.96.1.6:53", Proto: "udp", From: FromNode, Want: Dropped, Differ: ipvs(Rejected, whyIPVSUnreach)},
 		// loadBalancerSourceRanges: only listed sources reach the LB IP; NodePorts are not filtered.
 		{Dst: "203.0.113.7:80", Proto: "tcp", From: FromOutside, Want: Reach(true, RemoteEP)},
 		{Dst: "203.0.113.7:80", Proto: "tcp", From: FromOtherNode, Want: Dropped},
