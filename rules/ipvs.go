@@ -8,23 +8,48 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/xtables"
 )
 
-// newIPVS sets up mode ipvs: a dataplane per family, dual-stack when the second family's iptables works
-// too (IPVS mode still needs iptables for masquerading and filtering).
+// newIPVS sets up mode ipvs as mode iptables is set up: the kernel checked once for IPVS, the scheduler
+// and ipsets, the iptables backend the node already uses (IPVS mode still masquerades and filters with
+// iptables), and a dataplane per family whose iptables works, dual-stack when both do.
 func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+	families := proxy.Families(cfg)
+	primary, err := ipvs.NewConfig(cfg, families[0])
+	if err != nil {
+		return nil, err
+	}
+	if err := ipvs.Usable(primary.Scheduler); err != nil {
+		return nil, err
+	}
+	backend, why, err := xtables.Detect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	klog.InfoS("IPVS mode", "node", nodeName, "scheduler", primary.Scheduler, "iptablesBackend", backend, "reason", why)
+	metrics := ipvs.NewMetrics(reg)
+	ctMetrics := conntrack.NewMetrics(reg)
 	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		dp, err := ipvs.New(ctx, cfg, family, nodeName, reg)
+	for i, family := range families {
+		c, err := ipvs.NewConfig(cfg, family)
 		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
+			return nil, err
 		}
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+		runner, err := xtables.UsableRunner(backend, family)
+		if err == nil {
+			var dp *ipvs.Dataplane
+			if dp, err = ipvs.New(ctx, c, runner, conntrack.NewCleaner(family, ctMetrics), metrics); err == nil {
+				out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+				continue
+			}
+		}
+		if i == 0 {
+			return nil, err
+		}
+		klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
 	}
 	return out, nil
 }

@@ -72,7 +72,7 @@ func TestApplyConverges(t *testing.T) {
 	for _, perVS := range []bool{false, true} {
 		t.Run(fmt.Sprintf("real servers listed per virtual server %v", perVS), func(t *testing.T) {
 			cfg := testConfig(v4)
-			k := newFakeKernel("192.168.0.10")
+			k := newFakeKernel(t, "192.168.0.10")
 			k.ipvs.noAllReals = perVS
 			d := newTestDataplane(t, k, cfg, nil)
 			for _, s := range steps {
@@ -110,7 +110,7 @@ func rulesDump(t *testing.T, d *Dataplane, k *fakeKernel, snap *proxy.Snapshot) 
 // unrelated change leaves the tampering alone (it did not touch those objects), a full sync repairs all.
 func TestPartialTouchesOnlyChanges(t *testing.T) {
 	cfg := testConfig(v4)
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	d := newTestDataplane(t, k, cfg, nil)
 	s1 := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080", "10.244.2.7:8080"), dnsSvc("10.244.2.8:53"),
 		svc("default/other", "", v1.ProtocolTCP, "10.96.0.20", 80, externalIPs("203.0.113.7"), eps("10.244.3.3:80")))
@@ -153,7 +153,7 @@ func TestPartialTouchesOnlyChanges(t *testing.T) {
 func TestExcludeCIDRs(t *testing.T) {
 	cfg := testConfig(v4)
 	cfg.ExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.100.0/24")}
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	for _, s := range []string{"10.96.100.1:80", "10.96.200.1:80"} {
 		k.ipvs.vs[key(protoTCP, s)] = &fakeVS{kernelVS: kernelVS{key: key(protoTCP, s), scheduler: "rr"}, reals: map[realKey]*kernelReal{}}
 	}
@@ -172,7 +172,7 @@ func TestExcludeCIDRs(t *testing.T) {
 
 // TestDualStack runs both families' dataplanes on one kernel: neither deletes the other's objects.
 func TestDualStack(t *testing.T) {
-	k := newFakeKernel("192.168.0.10", "fd00::10")
+	k := newFakeKernel(t, "192.168.0.10", "fd00::10")
 	d4 := newTestDataplane(t, k, testConfig(v4), nil)
 	d6 := newTestDataplane(t, k, testConfig(v6), nil)
 	s4 := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080"))
@@ -196,7 +196,7 @@ func TestDualStack(t *testing.T) {
 func TestGracefulTermination(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := testConfig(v4)
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	d := newTestDataplane(t, k, cfg, clock)
 	vs := key(protoTCP, "10.96.0.10:80")
 	a, b := rkey("10.244.2.6:8080"), rkey("10.244.2.7:8080")
@@ -280,7 +280,7 @@ func TestGracefulTermination(t *testing.T) {
 // full and repairs what happened meanwhile.
 func TestFailureForcesFull(t *testing.T) {
 	cfg := testConfig(v4)
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	d := newTestDataplane(t, k, cfg, nil)
 	s1 := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080"), dnsSvc("10.244.2.7:53"))
 	apply(t, d, s1, true)
@@ -314,7 +314,7 @@ func TestFailureForcesFull(t *testing.T) {
 
 // TestReconfigure changes the scheduler and strictARP on a live dataplane.
 func TestReconfigure(t *testing.T) {
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	kp := config.Default()
 	kp.Mode = config.ModeIPVS
 	kp.ClusterCIDR = "10.244.0.0/16"
@@ -325,7 +325,7 @@ func TestReconfigure(t *testing.T) {
 	d := newTestDataplane(t, k, cfg, nil)
 	s := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080"))
 	apply(t, d, s, true)
-	if k.sysctl["net/ipv4/conf/all/arp_ignore"] != "0" {
+	if k.sysctl.get("net/ipv4/conf/all/arp_ignore") != "0" {
 		t.Error("arp_ignore set without strictARP")
 	}
 	kp.IPVS.Scheduler = "sh"
@@ -338,7 +338,7 @@ func TestReconfigure(t *testing.T) {
 	if got := k.ipvs.vs[key(protoTCP, "10.96.0.10:80")].scheduler; got != "sh" {
 		t.Errorf("scheduler after reload = %q, want sh", got)
 	}
-	if k.sysctl["net/ipv4/conf/all/arp_ignore"] != "1" || k.sysctl["net/ipv4/conf/all/arp_announce"] != "2" {
+	if k.sysctl.get("net/ipv4/conf/all/arp_ignore") != "1" || k.sysctl.get("net/ipv4/conf/all/arp_announce") != "2" {
 		t.Error("strictARP sysctls not set on reload")
 	}
 	if k.ipvs.timeouts != [3]uint32{900, 0, 0} {
@@ -387,7 +387,7 @@ func TestSysctls(t *testing.T) {
 			"net/ipv4/conf/all/arp_ignore": "1", "net/ipv4/conf/all/arp_announce": "2"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			k := newFakeKernel()
+			k := newFakeKernel(t)
 			kn := k.kernel(v4)
 			kn.kernelVersion = tt.kernel
 			cfg := testConfig(v4)
@@ -396,8 +396,8 @@ func TestSysctls(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := map[string]string{}
-			for n, v := range k.sysctl {
-				if v != newFakeSysctl()[n] {
+			for n, was := range fakeSysctls {
+				if v := k.sysctl.get(n); v != was {
 					got[n] = v
 				}
 			}
@@ -446,7 +446,7 @@ func TestNewConfig(t *testing.T) {
 // goes the other takes over, also in a partial sync.
 func TestConflictHandover(t *testing.T) {
 	cfg := testConfig(v4)
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	d := newTestDataplane(t, k, cfg, nil)
 	a := svc("default/a", "", v1.ProtocolTCP, "10.96.0.21", 80, externalIPs("203.0.113.7"), eps("10.244.2.1:80"))
 	b := svc("default/b", "", v1.ProtocolTCP, "10.96.0.22", 80, externalIPs("203.0.113.7"), eps("10.244.2.2:80"))
@@ -479,7 +479,7 @@ func TestConflictHandover(t *testing.T) {
 // periodic sync; notifications that change nothing the plan uses (an address on kube-ipvs0, the same
 // addresses) ask for nothing; after a failed subscription the addresses are compared again.
 func TestWatchSyncsWhenTheNodesAddressesChange(t *testing.T) {
-	k := newFakeKernel("192.168.0.10")
+	k := newFakeKernel(t, "192.168.0.10")
 	k.links.events, k.links.handled = make(chan error), make(chan struct{}, 1)
 	d := newTestDataplane(t, k, testConfig(v4), nil)
 	apply(t, d, snapshot(v4, nodeV4, webSvc("10.244.1.5:8080")), true)

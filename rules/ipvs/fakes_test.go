@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
+	"testing"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -421,33 +425,43 @@ func (f *fakeRules) ensureJump(j jumpRule) error {
 // dump writes the tables as iptables-save does.
 func (f *fakeRules) dump() string { return f.ts.SaveAll() }
 
-// fakeSysctl is /proc/sys.
-type fakeSysctl map[string]string
-
-func (f fakeSysctl) get(name string) (string, error) {
-	v, ok := f[name]
-	if !ok {
-		return "", fmt.Errorf("open /proc/sys/%s: no such file or directory", name)
-	}
-	return v, nil
+// fakeSysctls are the parameters IPVS mode writes, as files of a test's directory standing for /proc/sys
+// (the dataplane writes them through the sysctl.Tree it is given, as in production).
+var fakeSysctls = map[string]string{
+	"net/ipv4/vs/conntrack":                 "0",
+	"net/ipv4/vs/expire_nodest_conn":        "0",
+	"net/ipv4/vs/expire_quiescent_template": "0",
+	"net/ipv4/vs/conn_reuse_mode":           "1",
+	"net/ipv4/ip_forward":                   "0",
+	"net/ipv4/conf/all/arp_ignore":          "0",
+	"net/ipv4/conf/all/arp_announce":        "0",
 }
 
-func (f fakeSysctl) set(name, value string) error {
-	if _, ok := f[name]; !ok {
-		return fmt.Errorf("open /proc/sys/%s: no such file or directory", name)
-	}
-	f[name] = value
-	return nil
+// fakeSysctl is a directory of kernel parameters.
+type fakeSysctl struct {
+	t    *testing.T
+	root string
 }
 
-func newFakeSysctl() fakeSysctl {
-	return fakeSysctl{
-		"net/ipv4/vs/conntrack":                 "0",
-		"net/ipv4/vs/expire_nodest_conn":        "0",
-		"net/ipv4/vs/expire_quiescent_template": "0",
-		"net/ipv4/vs/conn_reuse_mode":           "1",
-		"net/ipv4/ip_forward":                   "0",
-		"net/ipv4/conf/all/arp_ignore":          "0",
-		"net/ipv4/conf/all/arp_announce":        "0",
+func newFakeSysctl(t *testing.T) fakeSysctl {
+	f := fakeSysctl{t: t, root: t.TempDir()}
+	for name, v := range fakeSysctls {
+		p := filepath.Join(f.root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return f
+}
+
+// get reads a parameter.
+func (f fakeSysctl) get(name string) string {
+	b, err := os.ReadFile(filepath.Join(f.root, name))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -14,6 +14,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/sysctl"
 )
 
 const testNode = proxytest.NodeName
@@ -179,14 +180,14 @@ type fakeKernel struct {
 	sysctl fakeSysctl
 }
 
-func newFakeKernel(eth0 ...string) *fakeKernel {
+func newFakeKernel(t *testing.T, eth0 ...string) *fakeKernel {
 	sets := newFakeSets()
 	return &fakeKernel{ipvs: newFakeIPVS(), sets: sets, links: newFakeLinks(eth0...),
-		rules: map[v1.IPFamily]*fakeRules{v4: newFakeRules(v4, sets), v6: newFakeRules(v6, sets)}, sysctl: newFakeSysctl()}
+		rules: map[v1.IPFamily]*fakeRules{v4: newFakeRules(v4, sets), v6: newFakeRules(v6, sets)}, sysctl: newFakeSysctl(t)}
 }
 
 func (k *fakeKernel) kernel(family v1.IPFamily) kernel {
-	return kernel{ipvs: k.ipvs, sets: k.sets, links: k.links, rules: k.rules[family], sysctl: k.sysctl, kernelVersion: [2]int{6, 1}}
+	return kernel{ipvs: k.ipvs, sets: k.sets, links: k.links, rules: k.rules[family], sysctl: sysctl.At(k.sysctl.root), kernelVersion: [2]int{6, 1}}
 }
 
 // fakeClock is a settable clock for drain deadlines.

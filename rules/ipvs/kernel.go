@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/sysctl"
 )
 
 // The kernel pieces the writer drives, each behind a narrow interface so the writer can be tested against
@@ -87,12 +88,6 @@ type rulesHandle interface {
 	ensureJump(j jumpRule) error
 }
 
-// sysctlHandle reads and writes sysctls (names as paths under /proc/sys, e.g. "net/ipv4/ip_forward").
-type sysctlHandle interface {
-	get(name string) (string, error)
-	set(name, value string) error
-}
-
 // cleaner removes stale conntrack entries after a sync (rules/conntrack).
 type cleaner interface {
 	Clean(snap *proxy.Snapshot) error
@@ -104,7 +99,7 @@ type kernel struct {
 	sets   setHandle
 	links  linkHandle
 	rules  rulesHandle
-	sysctl sysctlHandle
+	sysctl sysctl.Tree // /proc/sys of the process's network namespace
 	// kernelVersion is the running kernel's version (major, minor), for conn_reuse_mode.
 	kernelVersion [2]int
 }

@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/cloudflare/ipvs"
 	"github.com/cloudflare/ipvs/netmask"
@@ -440,21 +438,6 @@ func (k *kernelRules) restore(ctx context.Context, payload []byte) error {
 func (k *kernelRules) ensureJump(j jumpRule) error {
 	_, err := k.r.EnsureRule(true, j.table, j.chain, j.spec()...)
 	return err
-}
-
-// procSysctl reads and writes /proc/sys (of the network namespace the process runs in).
-type procSysctl struct{}
-
-func (procSysctl) get(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join("/proc/sys", name))
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-func (procSysctl) set(name, value string) error {
-	return os.WriteFile(filepath.Join("/proc/sys", name), []byte(value+"\n"), 0o644)
 }
 
 // kernelVersion returns the running kernel's major and minor version.

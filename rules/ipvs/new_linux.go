@@ -9,48 +9,28 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/cloudflare/ipvs"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"kube-proxy/config"
-	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/sysctl"
 	"kube-proxy/rules/xtables"
 )
 
-// New returns the IPVS-mode dataplane of one IP family. It checks that IPVS, the configured scheduler,
-// ipsets and iptables are usable (see Usable), sets the sysctls IPVS mode needs and the configured IPVS
-// timeouts, and starts the goroutine that removes drained real servers, which ends with ctx. Nothing else
-// is written before the first Apply.
-func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFamily, nodeName string, reg prometheus.Registerer, opts ...Option) (*Dataplane, error) {
-	c, err := NewConfig(cfg, family)
-	if err != nil {
-		return nil, err
-	}
-	if err := Usable(c.Scheduler); err != nil {
-		return nil, err
-	}
-	backend, why, err := xtables.Detect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// Masquerading and filtering still go through iptables: a family whose iptables does not work (IPv6
-	// disabled, say) cannot run, and the caller goes single-stack.
-	runner, err := xtables.UsableRunner(backend, family)
-	if err != nil {
-		return nil, err
-	}
+// New returns the IPVS-mode dataplane of one IP family. cfg comes from NewConfig, runner is the family's
+// iptables (IPVS mode still masquerades and filters with iptables: xtables.UsableRunner checks it works),
+// cl removes stale conntrack entries after syncs (nil: none) and m holds the metrics both families share
+// (NewMetrics; nil: none). Call Usable once before. New connects to IPVS and netlink, sets the sysctls IPVS
+// mode needs and the configured IPVS timeouts, and starts the goroutine that removes drained real servers,
+// which ends with ctx. Nothing else is written before the first Apply.
+func New(ctx context.Context, cfg Config, runner *xtables.Runner, cl cleaner, m *Metrics, opts ...Option) (*Dataplane, error) {
 	client, err := ipvs.New()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to IPVS: %w", err)
 	}
-	klog.InfoS("IPVS mode", "ipFamily", family, "node", nodeName, "scheduler", c.Scheduler,
-		"iptablesBackend", backend, "reason", why)
 	// One handle keeps a socket per netlink family open for the dataplane's life; the zero handle would
 	// open and close one per request, which dominates syncs of thousands of objects.
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER)
@@ -63,37 +43,16 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFa
 		sets:          &kernelSets{h: h},
 		links:         &kernelLinks{h: h, index: map[string]int{}},
 		rules:         &kernelRules{r: runner},
-		sysctl:        procSysctl{},
+		sysctl:        sysctl.Proc,
 		kernelVersion: kernelVersion(),
 	}
-	var cl cleaner
-	if reg != nil {
-		cl = conntrack.NewCleaner(family, conntrackMetrics(reg))
-	}
-	d, err := newDataplane(ctx, c, k, cl, reg, opts...)
+	d, err := newDataplane(ctx, cfg, k, cl, m, opts...)
 	if err != nil {
 		closeClient(client)
 		h.Close()
 		return nil, err
 	}
 	return d, nil
-}
-
-var (
-	conntrackMetricsMu  sync.Mutex
-	conntrackMetricsFor = map[prometheus.Registerer]*conntrack.Metrics{}
-)
-
-// conntrackMetrics registers the conntrack cleanup metrics once per registry (both families share them).
-func conntrackMetrics(reg prometheus.Registerer) *conntrack.Metrics {
-	conntrackMetricsMu.Lock()
-	defer conntrackMetricsMu.Unlock()
-	if m, ok := conntrackMetricsFor[reg]; ok {
-		return m
-	}
-	m := conntrack.NewMetrics(reg)
-	conntrackMetricsFor[reg] = m
-	return m
 }
 
 // Usable checks that this node's kernel can run IPVS mode with the given scheduler, loading modules as

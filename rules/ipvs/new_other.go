@@ -6,16 +6,13 @@ import (
 	"context"
 	"errors"
 
-	"github.com/prometheus/client_golang/prometheus"
-	v1 "k8s.io/api/core/v1"
-
-	"kube-proxy/config"
+	"kube-proxy/rules/xtables"
 )
 
 var errNotLinux = errors.New("IPVS mode needs Linux")
 
 // New fails: IPVS mode needs Linux.
-func New(ctx context.Context, cfg *config.KubeProxyConfiguration, family v1.IPFamily, nodeName string, reg prometheus.Registerer, opts ...Option) (*Dataplane, error) {
+func New(ctx context.Context, cfg Config, runner *xtables.Runner, cl cleaner, m *Metrics, opts ...Option) (*Dataplane, error) {
 	return nil, errNotLinux
 }
 

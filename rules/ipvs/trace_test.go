@@ -43,7 +43,7 @@ func TestTraceCases(t *testing.T) {
 	snap := tracecases.Snapshot()
 	cfg := testConfig(v4)
 	cfg.LocalDetector.CIDR = netip.MustParsePrefix(tracecases.ClusterCIDR)
-	k := newFakeKernel(tracecases.NodeIP)
+	k := newFakeKernel(t, tracecases.NodeIP)
 	d := newTestDataplane(t, k, cfg, nil)
 	apply(t, d, snap, true)
 	ts := traceState(t, k, cfg)

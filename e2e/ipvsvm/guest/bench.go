@@ -11,7 +11,6 @@ import (
 	"time"
 
 	ipvslib "github.com/cloudflare/ipvs"
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -37,7 +36,7 @@ func bench(n int) error {
 	kp := config.Default()
 	kp.Mode = config.ModeIPVS
 	kp.ClusterCIDR = ipvsvm.ClusterCIDR
-	dp, err := ipvs.New(ctx, kp, v1.IPv4Protocol, ipvsvm.NodeName, prometheus.NewRegistry())
+	dp, err := newDataplane(ctx, kp, v1.IPv4Protocol)
 	if err != nil {
 		return err
 	}

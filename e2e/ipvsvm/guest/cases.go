@@ -22,6 +22,7 @@ import (
 	"kube-proxy/e2e/ipvsvm"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/xtables"
 )
 
 // Short drain settings, so the graceful termination case takes seconds.
@@ -50,8 +51,7 @@ func newEnv(ctx context.Context) (*env, error) {
 	kp := config.Default()
 	kp.Mode = config.ModeIPVS
 	kp.ClusterCIDR = ipvsvm.ClusterCIDR
-	dp, err := ipvs.New(ctx, kp, v1.IPv4Protocol, ipvsvm.NodeName, prometheus.NewRegistry(),
-		ipvs.WithDrainInterval(drainInterval), ipvs.WithDrainTimeout(drainTimeout))
+	dp, err := newDataplane(ctx, kp, v1.IPv4Protocol, ipvs.WithDrainInterval(drainInterval), ipvs.WithDrainTimeout(drainTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +62,27 @@ func newEnv(ctx context.Context) (*env, error) {
 	return &env{ctx: ctx, kp: kp, dp: dp, ipvs: c, svcs: map[proxy.ServicePortName]*proxy.ServicePort{},
 		node: proxy.Node{Name: ipvsvm.NodeName, Known: true, IPs: []netip.Addr{netip.MustParseAddr(ipvsvm.NodeIP)},
 			PodCIDRs: []netip.Prefix{netip.MustParsePrefix(ipvsvm.ClusterCIDR)}}}, nil
+}
+
+// newDataplane builds a dataplane of one family as rules.New does: the kernel checked, the iptables
+// backend detected, the family's runner, metrics on a registry of its own (no conntrack cleaner).
+func newDataplane(ctx context.Context, kp *config.KubeProxyConfiguration, family v1.IPFamily, opts ...ipvs.Option) (*ipvs.Dataplane, error) {
+	c, err := ipvs.NewConfig(kp, family)
+	if err != nil {
+		return nil, err
+	}
+	if err := ipvs.Usable(c.Scheduler); err != nil {
+		return nil, err
+	}
+	backend, _, err := xtables.Detect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runner, err := xtables.UsableRunner(backend, family)
+	if err != nil {
+		return nil, err
+	}
+	return ipvs.New(ctx, c, runner, nil, ipvs.NewMetrics(prometheus.NewRegistry()), opts...)
 }
 
 // port describes a Service port for mk.
@@ -873,7 +894,7 @@ func graceful(e *env) error {
 
 // ipv6Case runs an IPv6 dataplane beside the IPv4 one: a cluster IP and a node port over IPv6.
 func ipv6Case(e *env) error {
-	dp, err := ipvs.New(e.ctx, e.kp, v1.IPv6Protocol, ipvsvm.NodeName, prometheus.NewRegistry(), ipvs.WithDrainInterval(drainInterval))
+	dp, err := newDataplane(e.ctx, e.kp, v1.IPv6Protocol, ipvs.WithDrainInterval(drainInterval))
 	if err != nil {
 		return err
 	}
