@@ -543,7 +543,6 @@ func findField(fields []jsonField, name string) (jsonField, bool) {
 // A field that never existed stays an error.
 var removedFields = map[string]string{
 	"resourceContainer":      "removed in v1.16 (kube-proxy no longer moves itself into a container of its own)",
-	"udpIdleTimeout":         "removed in v1.26 with the userspace proxy mode",
 	"udpTimeoutMilliseconds": "the v1.9 name of udpIdleTimeout, which was removed in v1.26 with the userspace proxy mode",
 	"conntrack.max":          "removed in v1.16; the limit is conntrack.maxPerCore times the number of CPUs, at least conntrack.min",
 	// Not a field of any version: upstream added its lenient decoding so that

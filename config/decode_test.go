@@ -168,6 +168,8 @@ func TestUpstreamConfigsLoad(t *testing.T) {
 		want: func(c *KubeProxyConfiguration) {
 			c.ClientConnection.Kubeconfig = "/var/lib/kube-proxy/kubeconfig.conf"
 			c.ClusterCIDR = "10.244.0.0/16"
+			// Loaded (mode userspace reads it), with a warning since the mode is iptables.
+			c.UDPIdleTimeout = metav1.Duration{Duration: 250 * time.Millisecond}
 		},
 	}, {
 		file: "ipvs.yaml",
@@ -470,6 +472,7 @@ func TestDecodeErrors(t *testing.T) {
 			{3, "mod", "unknown field"}, {4, "iptables.syncPeriod", "want a duration"}, {5, "foo", "unknown field"}}},
 
 		{"invalid mode", "mode: userspace\n", false, []wantErr{{3, "mode", `unknown mode "userspace"`}}},
+		{"udpIdleTimeout must not be negative", "udpIdleTimeout: -1s\n", false, []wantErr{{3, "udpIdleTimeout", "must not be negative"}}},
 		{"nftables runs", "mode: nftables\n", false, nil},
 		{"kernelspace not implemented", "mode: kernelspace\n", false, []wantErr{{3, "mode", "does not implement; use iptables or ipvs or nftables"}}},
 		{"nftables checks its own section", "mode: nftables\nnftables:\n  masqueradeBit: 40\n", false, []wantErr{{5, "nftables.masqueradeBit", "[0, 31]"}}},

@@ -46,6 +46,7 @@ var reloadClass = map[string]bool{ // true: live
 	"conntrack":                   false, // sysctls are set once at start
 	"winkernel":                   false,
 	"windowsRunAsService":         false,
+	"udpIdleTimeout":              false, // mode userspace's engine takes it at start
 }
 
 // ReloadPlan compares the running configuration with a newly loaded one and

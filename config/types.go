@@ -21,9 +21,9 @@ const Kind = "KubeProxyConfiguration"
 // ProxyMode names a dataplane implementation ("mode" in the file).
 type ProxyMode string
 
-// The proxy modes upstream knows. This kube-proxy runs ModeIPTables, ModeIPVS
-// and ModeNFTables; Windows' ModeKernelspace is rejected by Validate with an
-// explanation.
+// The proxy modes upstream knows, and ModeUserspace. This kube-proxy runs
+// ModeIPTables, ModeIPVS, ModeNFTables and ModeUserspace; Windows'
+// ModeKernelspace is rejected by Validate with an explanation.
 const (
 	ModeIPTables    ProxyMode = "iptables"
 	ModeIPVS        ProxyMode = "ipvs"
@@ -123,6 +123,10 @@ type KubeProxyConfiguration struct {
 
 	// PortRange is unused (it belonged to the removed userspace proxy).
 	PortRange string `json:"portRange"`
+	// UDPIdleTimeout is how long mode userspace keeps a UDP flow without packets; 0 means 250ms, the
+	// default of upstream's userspace mode. Upstream removed the field in v1.26 with that mode; only mode
+	// userspace, this project's extension, reads it. Left out of --write-config-to when 0.
+	UDPIdleTimeout metav1.Duration `json:"udpIdleTimeout,omitzero"`
 
 	// WindowsRunAsService is a Windows-only setting, accepted and ignored.
 	WindowsRunAsService bool `json:"windowsRunAsService,omitempty"`
@@ -317,7 +321,8 @@ type DetectLocalConfiguration struct {
 
 // SyncPeriods returns the sync period and minimum sync period of the
 // configured mode: ipvs.* in ipvs mode, nftables.* in nftables mode and
-// iptables.* otherwise (also for an empty mode, which means iptables).
+// iptables.* otherwise (also for an empty mode, which means iptables, and for
+// mode userspace, whose capture rules are iptables rules).
 func (c *KubeProxyConfiguration) SyncPeriods() (syncPeriod, minSyncPeriod time.Duration) {
 	switch c.Mode {
 	case ModeIPVS:

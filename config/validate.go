@@ -138,6 +138,14 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 		v.add("configSyncPeriod", "%s must be greater than 0", c.ConfigSyncPeriod.Duration)
 	}
 
+	if d := c.UDPIdleTimeout; d.Duration != 0 {
+		switch {
+		case d.Duration < 0:
+			v.add("udpIdleTimeout", "%s must not be negative (0 means the default, 250ms)", d.Duration)
+		case c.Mode != ModeUserspace:
+			v.warn("udpIdleTimeout", "ignored: removed in v1.26 with the userspace proxy mode; only mode userspace, this kube-proxy's extension, reads it")
+		}
+	}
 	if c.PortRange != "" {
 		// Upstream still has the field but reads nothing from it, whatever it holds.
 		v.warn("portRange", "ignored: it configured the userspace proxy mode, which upstream removed in v1.26")
