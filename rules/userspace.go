@@ -2,18 +2,81 @@ package rules
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/userspace"
+	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/xtables"
 )
 
-// newUserspace sets up mode userspace (issue 13; config validation does not accept the mode yet).
+// newUserspace sets up mode userspace: the backend the node already uses for the capture rules, and per
+// family whose tools work a proxy engine and its dataplane. After the first sync of every family the
+// other modes' rules are removed (iptables, IPVS, and nftables through New's own wrapper).
 func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
-	return nil, fmt.Errorf("mode %q is not built yet", cfg.Mode)
+	_ = nodeName
+	backend, why, err := xtables.Detect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	klog.InfoS("Using iptables backend for the userspace proxy's capture rules", "backend", backend, "reason", why)
+	metrics := engine.NewMetrics(reg)
+	opts := userspace.EngineOptions(cfg)
+	var out []proxy.FamilyDataplane
+	for i, family := range proxy.Families(cfg) {
+		runner, err := xtables.UsableRunner(backend, family)
+		if err != nil {
+			if i == 0 {
+				return nil, err
+			}
+			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
+			continue
+		}
+		ucfg, err := userspace.ConfigFrom(cfg, family)
+		if err != nil {
+			return nil, err
+		}
+		e := engine.New(family, netip.Addr{}, opts, metrics)
+		klog.InfoS("Userspace proxy engine", "ipFamily", family, "udpIdleTimeout", e.Options().UDPIdleTimeout,
+			"tcpIdleTimeout", e.Options().IdleTimeout, "maxConnections", e.Options().MaxConnsTotal)
+		dp := userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family})
+		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
+	}
+	return afterFirstSync(ctx, out, "iptables and IPVS modes' rules", cleanupXtables), nil
 }
 
-// cleanupUserspace removes mode userspace's capture rules (none yet).
-func cleanupUserspace(ctx context.Context) error { return nil }
+// cleanupUserspace removes mode userspace's capture rules from every backend and family where they are.
+func cleanupUserspace(ctx context.Context) error {
+	var errs []error
+	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			// Probing a legacy table that does not exist would create it.
+			if !xtables.HasTable(backend, family, "nat") {
+				continue
+			}
+			runner, err := xtables.UsableRunner(backend, family)
+			if err != nil {
+				continue
+			}
+			if ok, err := userspace.Present(ctx, runner); err != nil || !ok {
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
+				}
+				continue
+			}
+			if err := userspace.Cleanup(ctx, runner, xtables.IsNotExist); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
+				continue
+			}
+			klog.InfoS("Removed userspace-mode rules", "backend", backend, "ipFamily", family)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,72 @@
+package userspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// cleanupKernel is what Cleanup needs from the iptables tools of one backend and family.
+type cleanupKernel interface {
+	Restore(ctx context.Context, payload []byte) error
+	ListChains(ctx context.Context, table string) ([]string, error)
+	DeleteRule(table, chain string, rule ...string) error
+}
+
+// Cleanup removes mode userspace's jump rules and chains from one backend and family; it leaves
+// everything else alone and does nothing where they are absent.
+func Cleanup(ctx context.Context, k cleanupKernel, isNotExist func(error) bool) error {
+	var errs []error
+	for _, j := range JumpRules() {
+		if err := k.DeleteRule(j.Table, j.Chain, j.RuleSpec()...); err != nil && !isNotExist(err) {
+			errs = append(errs, fmt.Errorf("deleting jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err))
+		}
+	}
+	for _, table := range []string{"nat", "filter"} {
+		existing, err := k.ListChains(ctx, table)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var doomed []string
+		for _, c := range Chains()[table] {
+			if slices.Contains(existing, c) {
+				doomed = append(doomed, c)
+			}
+		}
+		if len(doomed) == 0 {
+			continue
+		}
+		var p bytes.Buffer
+		fmt.Fprintf(&p, "*%s\n", table)
+		for _, c := range doomed {
+			fmt.Fprintf(&p, ":%s - [0:0]\n", c)
+		}
+		for _, c := range doomed {
+			fmt.Fprintf(&p, "-X %s\n", c)
+		}
+		p.WriteString("COMMIT\n")
+		if err := k.Restore(ctx, p.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("deleting chains of table %s: %w", table, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Present reports whether any of our chains exists in a backend and family.
+func Present(ctx context.Context, k cleanupKernel) (bool, error) {
+	for _, table := range []string{"nat", "filter"} {
+		existing, err := k.ListChains(ctx, table)
+		if err != nil {
+			return false, err
+		}
+		for _, c := range Chains()[table] {
+			if slices.Contains(existing, c) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,165 @@
+package userspace
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"kube-proxy/proxy"
+	"kube-proxy/rules/userspace/engine"
+)
+
+// kernel is what the dataplane needs from the iptables tools; xtables.Runner implements it.
+type kernel interface {
+	Restore(ctx context.Context, payload []byte) error
+	EnsureChain(table, chain string) error
+	EnsureRule(prepend bool, table, chain string, rule ...string) (bool, error)
+}
+
+// flowCleaner deletes UDP conntrack entries that still send a Service's packets to a listener port that
+// is no longer that Service's.
+type flowCleaner interface {
+	Clean(dsts []Destination) error
+}
+
+// Dataplane is mode userspace for one IP family: the engine's listeners and the capture rules.
+type Dataplane struct {
+	family  v1.IPFamily
+	kernel  kernel
+	engine  *engine.Engine
+	cleaner flowCleaner
+
+	mu       sync.Mutex
+	cfg      Config
+	cfgGen   int // increases with every SetConfig
+	needFull bool
+	// udpPorts are the UDP listener ports the last successful sync pointed rules at.
+	udpPorts map[engine.Key]uint16
+}
+
+var (
+	_ proxy.Dataplane = (*Dataplane)(nil)
+)
+
+// NewDataplane returns the dataplane of cfg.Family, writing rules through k and proxying with e. c may be
+// nil (no conntrack cleanup).
+func NewDataplane(cfg Config, k kernel, e *engine.Engine, c flowCleaner) *Dataplane {
+	return &Dataplane{family: cfg.Family, kernel: k, engine: e, cleaner: c, cfg: cfg, needFull: true}
+}
+
+// Engine returns the proxy engine.
+func (d *Dataplane) Engine() *engine.Engine { return d.engine }
+
+// SetConfig replaces the rules configuration; the next sync is full.
+func (d *Dataplane) SetConfig(cfg Config) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cfg, d.needFull = cfg, true
+	d.cfgGen++
+}
+
+// Apply opens the listeners snap needs and updates their endpoints, rewrites the capture chains to point at
+// them, then closes the listeners no rule points at any more. A failed rule write leaves the old rules and
+// the listeners they point at; the next sync is full.
+func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
+	d.mu.Lock()
+	cfg, gen := d.cfg, d.cfgGen
+	full = full || d.needFull
+	d.needFull = true
+	d.mu.Unlock()
+
+	start := time.Now()
+	targets := Targets(snap)
+	ports := make(map[engine.Key]uint16, len(targets))
+	var errs []error
+	for _, k := range slices.SortedFunc(maps.Keys(targets), compareKeys) {
+		p, err := d.engine.Ensure(k, targets[k])
+		if err != nil {
+			// Its Service port is rejected as one without endpoints; the others are served.
+			errs = append(errs, err)
+			continue
+		}
+		ports[k] = p
+	}
+	if full {
+		if err := d.ensureJumps(); err != nil {
+			return err
+		}
+	}
+	payload := Render(cfg, snap, func(k engine.Key) uint16 { return ports[k] })
+	if klog.V(9).Enabled() {
+		klog.V(9).InfoS("iptables-restore payload", "ipFamily", d.family, "payload", string(payload))
+	}
+	if err := d.kernel.Restore(ctx, payload); err != nil {
+		return fmt.Errorf("writing %s userspace capture rules: %w", d.family, err)
+	}
+	for _, k := range d.engine.Keys() {
+		if _, ok := ports[k]; !ok {
+			d.engine.Remove(k)
+		}
+	}
+	d.cleanFlows(snap, ports)
+	d.mu.Lock()
+	if d.cfgGen == gen {
+		d.needFull = false
+	}
+	d.mu.Unlock()
+	klog.V(2).InfoS("Userspace proxy synced", "ipFamily", d.family, "listeners", len(ports), "full", full, "elapsed", time.Since(start))
+	if len(errs) > 0 {
+		klog.ErrorS(fmt.Errorf("%v", errs), "Some Service ports could not get a listener; they are rejected", "ipFamily", d.family)
+	}
+	return nil
+}
+
+// cleanFlows deletes UDP conntrack entries still pointing at listener ports that changed (after a restart
+// above all, when every port is new), so that a client's next datagram reaches the current listener
+// instead of a closed port.
+func (d *Dataplane) cleanFlows(snap *proxy.Snapshot, ports map[engine.Key]uint16) {
+	udp := map[engine.Key]uint16{}
+	for k, p := range ports {
+		if k.Protocol == v1.ProtocolUDP {
+			udp[k] = p
+		}
+	}
+	if d.cleaner == nil || maps.Equal(udp, d.udpPorts) {
+		d.udpPorts = udp
+		return
+	}
+	d.udpPorts = udp
+	if err := d.cleaner.Clean(Destinations(snap, ports)); err != nil {
+		klog.ErrorS(err, "Could not delete stale UDP conntrack entries of the userspace proxy", "ipFamily", d.family)
+	}
+}
+
+func (d *Dataplane) ensureJumps() error {
+	for table, chains := range Chains() {
+		for _, c := range chains {
+			if err := d.kernel.EnsureChain(table, c); err != nil {
+				return err
+			}
+		}
+	}
+	for _, j := range JumpRules() {
+		if _, err := d.kernel.EnsureRule(true, j.Table, j.Chain, j.RuleSpec()...); err != nil {
+			return fmt.Errorf("ensuring jump %s/%s -> %s: %w", j.Table, j.Chain, j.Target, err)
+		}
+	}
+	return nil
+}
+
+func compareKeys(a, b engine.Key) int {
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	if c := strings.Compare(string(a.Protocol), string(b.Protocol)); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Policy, b.Policy)
+}
