@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules"
+	"kube-proxy/rules/inspect"
 	"kube-proxy/systemd"
 )
 
@@ -34,6 +36,9 @@ func main() {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	}
+	if len(os.Args) >= 2 && slices.Contains(inspect.Commands, os.Args[1]) { // operator commands: read-only
+		os.Exit(inspect.Main(os.Args[1], os.Args[2:], os.Stdout, os.Stderr, "kube-proxy/"+version))
 	}
 	opts := config.NewOptions()
 	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)

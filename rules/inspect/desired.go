@@ -1,0 +1,116 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/config"
+	"kube-proxy/proxy"
+	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/nftables"
+	"kube-proxy/rules/nftables/nftrace"
+)
+
+// Desired is what the daemon would write for the API's current state, rendered by its own code into the
+// tracers' models (never into the kernel).
+type Desired struct {
+	Mode config.ProxyMode
+	// XT holds mode iptables' rules per family.
+	XT map[v1.IPFamily]*iptrace.Tables
+	// NFT holds mode nftables' tables (both families); NFTText the transactions per family.
+	NFT     *nftrace.Tables
+	NFTText map[v1.IPFamily]string
+}
+
+// RenderDesired renders snaps (one per family) as the daemon of cfg would write them into an empty node
+// whose addresses are addrs.
+func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr) (*Desired, error) {
+	d := &Desired{Mode: cfg.Mode, XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{}}
+	if d.Mode == "" {
+		d.Mode = config.ModeIPTables
+	}
+	for _, snap := range snaps {
+		switch d.Mode {
+		case config.ModeIPTables:
+			ts, err := renderIPTables(cfg, snap)
+			if err != nil {
+				return nil, err
+			}
+			d.XT[snap.Family] = ts
+		case config.ModeNFTables:
+			ncfg, err := nftables.ConfigFrom(cfg, snap.Family)
+			if err != nil {
+				return nil, err
+			}
+			text, err := nftables.Desired(ncfg, snap, addrs)
+			if err != nil {
+				return nil, err
+			}
+			if err := d.NFT.Load(text); err != nil {
+				return nil, fmt.Errorf("loading the rendered %s table: %w", snap.Family, err)
+			}
+			d.NFTText[snap.Family] = text
+		default:
+			return nil, fmt.Errorf("diff does not render mode %s yet (it renders iptables and nftables)", d.Mode)
+		}
+	}
+	return d, nil
+}
+
+// renderIPTables builds, in a tracer model, what mode iptables writes into an empty node: the chains
+// built-in chains jump to with their jump rules, then a full render restored with --noflush.
+func renderIPTables(cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot) (*iptrace.Tables, error) {
+	icfg, err := iptables.ConfigFrom(cfg, snap.Family)
+	if err != nil {
+		return nil, err
+	}
+	ts := iptrace.New(snap.Family == v1.IPv6Protocol)
+	for _, j := range iptables.JumpRules(icfg) {
+		if _, err := ts.Run("-t", j.Table, "-N", j.Target); err != nil && !isExists(err) {
+			return nil, err
+		}
+		if _, err := ts.Run(append([]string{"-t", j.Table, "-I", j.Chain}, j.RuleSpec()...)...); err != nil {
+			return nil, fmt.Errorf("jump rule %s/%s: %w", j.Table, j.Chain, err)
+		}
+	}
+	res, err := iptables.NewRenderer(icfg).Render(snap, nil, true, nil)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s rules: %w", snap.Family, err)
+	}
+	if err := ts.Restore(res.Payload, iptrace.RestoreOptions{NoFlush: true}); err != nil {
+		return nil, fmt.Errorf("loading the rendered %s rules: %w", snap.Family, err)
+	}
+	return ts, nil
+}
+
+func isExists(err error) bool {
+	return err != nil && (contains(err.Error(), "already exists") || contains(err.Error(), "Chain already"))
+}
+
+// Families returns the families Desired has rules for.
+func (d *Desired) Families() []v1.IPFamily {
+	var out []v1.IPFamily
+	for _, f := range families {
+		if d.XT[f] != nil || d.NFTText[f] != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// apiState lists the API's state for the node, in the families the configuration runs.
+func apiState(ctx context.Context, env *Env) (*proxy.APIState, error) {
+	client, err := env.client()
+	if err != nil {
+		return nil, err
+	}
+	return proxy.ListAPIState(ctx, client, env.Config, env.NodeName, proxy.Families(env.Config))
+}
+
+type iptraceTables = iptrace.Tables
+
+func newIPTraceTables(f v1.IPFamily) *iptrace.Tables { return iptrace.New(f == v1.IPv6Protocol) }

@@ -1,0 +1,194 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/nftables"
+	"kube-proxy/rules/nftables/nftrace"
+	"kube-proxy/rules/xtables"
+)
+
+// Live is the node's kube-proxy state as the kernel holds it now.
+type Live struct {
+	// Addrs are the node's addresses (both families, loopback included).
+	Addrs []netip.Addr
+	// XTables holds each iptables backend and family whose tables could be read.
+	XTables []*XTables
+	// NFT holds the nftables `kube-proxy` tables (families ip and ip6) loaded into the tracer; NFTText the
+	// `nft list table` output per family; NFTFamilies the families that have the table.
+	NFT         *nftrace.Tables
+	NFTText     map[v1.IPFamily]string
+	NFTFamilies []v1.IPFamily
+	// Problems are what could not be read (a missing tool, a refused command), in words.
+	Problems []string
+}
+
+// families are the IP families in the order they are read and shown.
+var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+
+// ReadLive reads the kernel's state: addresses, the iptables rules of both backends and families, and the
+// nftables tables. What cannot be read is noted in Problems; an error is returned only when nothing could.
+func ReadLive(ctx context.Context) (*Live, error) {
+	l := &Live{NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{}}
+	addrs, err := nodeAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("reading the node's addresses: %w", err)
+	}
+	l.Addrs = addrs
+	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+		for _, family := range families {
+			x, err := readXTables(ctx, backend, family)
+			if err != nil {
+				l.Problems = append(l.Problems, err.Error())
+				continue
+			}
+			if x != nil {
+				l.XTables = append(l.XTables, x)
+			}
+		}
+	}
+	if len(l.XTables) == 0 && !xtables.Available(xtables.BackendNFT, v1.IPv4Protocol) && !xtables.Available(xtables.BackendLegacy, v1.IPv4Protocol) {
+		l.Problems = append(l.Problems, "no iptables tools found (iptables-nft-save, iptables-legacy-save): iptables rules not read")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		l.Problems = append(l.Problems, "no nft command found: nftables tables not read")
+	}
+	for _, family := range families {
+		text, err := listNFTTable(ctx, family)
+		if err != nil {
+			l.Problems = append(l.Problems, err.Error())
+			continue
+		}
+		if text == "" {
+			continue
+		}
+		if err := l.NFT.Load(text); err != nil {
+			l.Problems = append(l.Problems, fmt.Sprintf("loading the %s nftables table into the tracer: %v", family, err))
+			continue
+		}
+		l.NFTText[family] = text
+		l.NFTFamilies = append(l.NFTFamilies, family)
+	}
+	return l, nil
+}
+
+// Modes names the modes whose rules the node holds: "iptables (nft backend)", "nftables", ...
+func (l *Live) Modes() []string {
+	var out []string
+	for _, x := range l.XTables {
+		if x.Empty() {
+			continue
+		}
+		m := fmt.Sprintf("iptables (%s backend)", x.Backend)
+		if x.ipvs() {
+			m = fmt.Sprintf("ipvs (iptables %s backend)", x.Backend)
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	if len(l.NFTFamilies) > 0 {
+		out = append(out, "nftables")
+	}
+	return out
+}
+
+// XTablesFor returns the non-empty iptables state of a family, backends in the order read (nft first).
+func (l *Live) XTablesFor(family v1.IPFamily) []*XTables {
+	var out []*XTables
+	for _, x := range l.XTables {
+		if x.Family == family && !x.Empty() {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// ipvs reports whether these are mode ipvs' iptables rules (its chains, not mode iptables').
+func (x *XTables) ipvs() bool {
+	return slices.Contains(x.Tables.Chains("nat"), "KUBE-LOAD-BALANCER") || slices.Contains(x.Tables.Chains("nat"), "KUBE-IPVS-FILTER") ||
+		slices.Contains(x.Tables.Chains("filter"), "KUBE-IPVS-FILTER")
+}
+
+// readXTables reads one backend and family; nil when its tools are missing or it holds no table to read.
+func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamily) (*XTables, error) {
+	if !xtables.Available(backend, family) {
+		return nil, nil
+	}
+	runner, err := xtables.NewRunner(backend, family)
+	if err != nil {
+		return nil, err
+	}
+	saves := map[string]string{}
+	for _, table := range tracedTables {
+		// Reading a legacy table that does not exist would create it: look first.
+		if backend == xtables.BackendLegacy && !xtables.HasTable(backend, family, table) {
+			continue
+		}
+		var buf bytes.Buffer
+		if err := runner.Save(ctx, table, &buf); err != nil {
+			if xtables.IsNotExist(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading the %s %s %s table: %w", backend, family, table, err)
+		}
+		saves[table] = buf.String()
+	}
+	if len(saves) == 0 {
+		return nil, nil
+	}
+	return loadXTables(backend, family, saves)
+}
+
+// listNFTTable returns `nft list table FAMILY kube-proxy`, "" when there is no such table or no nft.
+func listNFTTable(ctx context.Context, family v1.IPFamily) (string, error) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return "", nil
+	}
+	nftFamily := "ip"
+	if family == v1.IPv6Protocol {
+		nftFamily = "ip6"
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "nft", "list", "table", nftFamily, nftables.TableName)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := stderr.String()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && (strings.Contains(msg, "No such file or directory") || strings.Contains(msg, "does not exist")) {
+			return "", nil
+		}
+		return "", fmt.Errorf("nft list table %s %s: %v: %s", nftFamily, nftables.TableName, err, strings.TrimSpace(msg))
+	}
+	return stdout.String(), nil
+}
+
+// nodeAddrs lists the addresses of every interface, sorted.
+func nodeAddrs() ([]netip.Addr, error) {
+	ifAddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range ifAddrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(ipn.IP); ok && !slices.Contains(out, ip.Unmap()) {
+			out = append(out, ip.Unmap())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}

@@ -1,0 +1,302 @@
+package inspect
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/internal/traceresult"
+	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/nftables/nftrace"
+)
+
+// Packet is what `kube-proxy trace` walks: the first packet of a connection.
+type Packet struct {
+	Src, Dst netip.Addr
+	Protocol string // tcp, udp or sctp
+	Port     uint16
+	// In is the interface an arriving packet comes in on; Local a packet sent by the node itself.
+	In    string
+	Local bool
+}
+
+func (p Packet) String() string {
+	from := "from " + p.Src.String()
+	if p.Local {
+		from += " (the node itself)"
+	} else if p.In != "" {
+		from += " in on " + p.In
+	}
+	return fmt.Sprintf("%s %s %s", p.Protocol, netip.AddrPortFrom(p.Dst, p.Port), from)
+}
+
+// Family is the packet's IP family.
+func (p Packet) Family() v1.IPFamily {
+	if p.Dst.Is6() {
+		return v1.IPv6Protocol
+	}
+	return v1.IPv4Protocol
+}
+
+// Walk is the packet's way through one mode's rules.
+type Walk struct {
+	// Dataplane names what was walked: "iptables (nft backend) IPv4", "nftables IPv4".
+	Dataplane string `json:"dataplane"`
+	// Outcomes are every way the packet can go, each explained.
+	Outcomes []Outcome `json:"outcomes"`
+	// Warnings say what the walk could not see (rules it does not model, other programs' rules ahead of
+	// ours).
+	Warnings []string `json:"warnings,omitempty"`
+	// Nearest lists the Service addresses and ports on the same IP or the same port, when the packet met
+	// no Service rule.
+	Nearest []string `json:"nearest,omitempty"`
+}
+
+// Outcome is one way the packet goes, with the reason in words.
+type Outcome struct {
+	Verdict     string   `json:"verdict"` // ACCEPT, DROP or REJECT
+	Endpoint    string   `json:"endpoint,omitempty"`
+	Probability float64  `json:"probability"`
+	Masquerade  bool     `json:"masquerade"`
+	Reason      string   `json:"reason"`
+	Rules       []string `json:"rules"`
+}
+
+// Reaches reports whether every outcome delivers the packet to an endpoint.
+func (w *Walk) Reaches() bool {
+	if len(w.Outcomes) == 0 {
+		return false
+	}
+	for _, o := range w.Outcomes {
+		if o.Verdict != "ACCEPT" || o.Endpoint == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// Trace walks pkt through every dataplane of its family the node holds. No walk at all means the node
+// has no kube-proxy rules for the family.
+func (l *Live) Trace(pkt Packet) ([]Walk, error) {
+	var walks []Walk
+	for _, x := range l.XTablesFor(pkt.Family()) {
+		res, err := x.Tables.Trace(iptrace.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: pkt.Protocol, DPort: pkt.Port,
+			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.Addrs})
+		if err != nil {
+			return nil, fmt.Errorf("tracing through the %s %s iptables rules: %w", x.Backend, x.Family, err)
+		}
+		name := fmt.Sprintf("iptables (%s backend) %s", x.Backend, x.Family)
+		if x.ipvs() {
+			name = fmt.Sprintf("ipvs: iptables (%s backend) %s", x.Backend, x.Family)
+		}
+		w := explain(name, res, pkt)
+		w.Warnings = x.warnings(pkt)
+		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
+			w.Nearest = nearestXT(x, pkt)
+		}
+		if x.ipvs() {
+			w.Warnings = append(w.Warnings, "mode ipvs: the IPVS virtual servers are not walked by this version; only the iptables rules are")
+		}
+		walks = append(walks, w)
+	}
+	if slices.Contains(l.NFTFamilies, pkt.Family()) {
+		res, err := l.NFT.Trace(nftrace.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: pkt.Protocol, DPort: pkt.Port,
+			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.Addrs})
+		if err != nil {
+			return nil, fmt.Errorf("tracing through the %s nftables table: %w", pkt.Family(), err)
+		}
+		w := explain("nftables "+string(pkt.Family()), res, pkt)
+		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
+			w.Nearest = nearestNFT(l.NFTText[pkt.Family()], pkt)
+		}
+		walks = append(walks, w)
+	}
+	return walks, nil
+}
+
+// warnings names what may change the packet's way that the walk does not see.
+func (x *XTables) warnings(pkt Packet) []string {
+	var out []string
+	hooks := map[string]bool{"nat/PREROUTING": !pkt.Local, "nat/OUTPUT": pkt.Local, "filter/FORWARD": !pkt.Local,
+		"filter/INPUT": !pkt.Local, "filter/OUTPUT": pkt.Local}
+	for _, f := range x.Foreign {
+		if f.AheadOfUs && hooks[f.Table+"/"+f.Chain] {
+			out = append(out, fmt.Sprintf("not walked, ahead of kube-proxy's jump in %s/%s (rule %d): %s", f.Table, f.Chain, f.Position, f.Rule))
+		}
+	}
+	for _, u := range x.Unreadable {
+		out = append(out, "not walked (the tracer does not model it): "+u)
+	}
+	return out
+}
+
+// explain turns a tracer result into outcomes with reasons, most likely first.
+func explain(name string, res *traceresult.Result, pkt Packet) Walk {
+	w := Walk{Dataplane: name}
+	for _, o := range res.Outcomes {
+		w.Outcomes = append(w.Outcomes, Outcome{Verdict: o.Verdict, Endpoint: o.Endpoint, Probability: o.Probability,
+			Masquerade: o.Masquerade, Reason: reason(o, pkt), Rules: o.Rules})
+	}
+	slices.SortStableFunc(w.Outcomes, func(a, b Outcome) int {
+		if a.Probability != b.Probability {
+			if a.Probability > b.Probability {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Endpoint, b.Endpoint)
+	})
+	return w
+}
+
+var commentRE = regexp.MustCompile(`(?:--comment|comment) "((?:[^"\\]|\\.)*)"|--comment (\S+)`)
+
+// comment returns a rule's comment, "" without one.
+func comment(rule string) string {
+	m := commentRE.FindStringSubmatch(rule)
+	if m == nil {
+		return ""
+	}
+	if m[1] != "" {
+		return strings.ReplaceAll(m[1], `\"`, `"`)
+	}
+	return m[2]
+}
+
+// reason says in words why an outcome is what it is.
+func reason(o traceresult.Outcome, pkt Packet) string {
+	if o.Verdict == "ACCEPT" {
+		if o.Endpoint == "" {
+			return "no kube-proxy rule matched: the packet goes on untouched (to the node or onward as routed)"
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "DNAT to endpoint %s", o.Endpoint)
+		if svc := serviceOf(o.Rules); svc != "" {
+			fmt.Fprintf(&b, " of %s", svc)
+		}
+		if o.Masquerade {
+			b.WriteString(", source masqueraded to the node's address")
+		} else {
+			b.WriteString(", source address kept")
+		}
+		if len(o.Remembered) > 0 {
+			b.WriteString(", client remembered for session affinity")
+		}
+		return b.String()
+	}
+	last := ""
+	if len(o.Rules) > 0 {
+		last = o.Rules[len(o.Rules)-1]
+	}
+	c := comment(last)
+	lower := strings.ToLower(last)
+	why := ""
+	switch {
+	case strings.Contains(c, "has no local endpoints"):
+		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
+	case strings.Contains(c, "has no endpoints") || strings.HasPrefix(last, "reject-chain:"):
+		why = "the Service has no ready endpoints"
+	case o.Verdict == "DROP" && strings.Contains(lower, "no-endpoint"):
+		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
+	case strings.Contains(c, "will be dropped by KUBE-PROXY-FIREWALL") || strings.Contains(c, "traffic not accepted by") ||
+		strings.Contains(lower, "firewall") && !strings.Contains(lower, "cluster-ips"):
+		why = "the source address is not in the Service's loadBalancerSourceRanges"
+	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
+		why = fmt.Sprintf("%s is a ClusterIP, but no Service serves %s port %d on it", pkt.Dst, pkt.Protocol, pkt.Port)
+	case strings.Contains(lower, "no-endpoint") || strings.Contains(lower, "no-endpoints"):
+		why = "the Service has no endpoints this packet may use"
+	case strings.Contains(lower, "ctstate invalid") || strings.Contains(lower, "ct state invalid"):
+		why = "conntrack considers the packet INVALID"
+	case strings.Contains(lower, "localhost") || strings.Contains(c, "localhost"):
+		why = "NodePorts are not served on localhost by this configuration"
+	}
+	if why == "" {
+		why = "dropped by a kube-proxy rule"
+	}
+	if c != "" {
+		why += fmt.Sprintf(" (rule comment: %q)", c)
+	}
+	return why
+}
+
+var svcCommentRE = regexp.MustCompile(`^([a-z0-9.-]+/[a-z0-9.-]+(?::[a-z0-9-]+)?)`)
+
+// serviceOf names the Service whose rules the packet went through, from the rules' comments.
+func serviceOf(rules []string) string {
+	for i := len(rules) - 1; i >= 0; i-- {
+		if m := svcCommentRE.FindStringSubmatch(comment(rules[i])); m != nil {
+			return m[1]
+		}
+		// nftables chains carry the Service: "service-HASH-ns/name/tcp/port: ...".
+		chain, _, _ := strings.Cut(rules[i], ":")
+		for _, prefix := range []string{"service-", "endpoint-", "external-"} {
+			if rest, ok := strings.CutPrefix(chain, prefix); ok {
+				if _, name, ok := strings.Cut(rest, "-"); ok && strings.Count(name, "/") >= 3 {
+					parts := strings.SplitN(name, "/", 4)
+					if parts[3] == "" {
+						return parts[0] + "/" + parts[1]
+					}
+					return parts[0] + "/" + parts[1] + ":" + parts[3]
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// nearestXT lists the Service rules of the nat table on the packet's address or port.
+func nearestXT(x *XTables, pkt Packet) []string {
+	var out []string
+	for _, chain := range x.Tables.Chains("nat") {
+		for _, r := range x.Tables.Rules("nat", chain) {
+			c := comment(r)
+			if c == "" || !(strings.HasSuffix(c, " cluster IP") || strings.HasSuffix(c, " external IP") ||
+				strings.HasSuffix(c, " loadbalancer IP") || strings.Contains(c, "nodeport")) {
+				continue
+			}
+			words, err := splitWords(r)
+			if err != nil {
+				continue
+			}
+			dst, port, proto := "", "", ""
+			for i := 0; i+1 < len(words); i++ {
+				switch words[i] {
+				case "-d":
+					dst = strings.TrimSuffix(strings.TrimSuffix(words[i+1], "/32"), "/128")
+				case "--dport":
+					port = words[i+1]
+				case "-p":
+					proto = words[i+1]
+				}
+			}
+			if dst == pkt.Dst.String() || port == strconv.Itoa(int(pkt.Port)) {
+				s := fmt.Sprintf("%s %s:%s (%s)", proto, dst, port, c)
+				if !slices.Contains(out, s) {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+var nftElemRE = regexp.MustCompile(`([0-9a-f.:]+) \. (tcp|udp|sctp) \. (\d+)(?: comment "[^"]*")? : goto ([^\s,}]+)`)
+
+// nearestNFT lists the service-ips map's elements on the packet's address or port.
+func nearestNFT(text string, pkt Packet) []string {
+	var out []string
+	for _, m := range nftElemRE.FindAllStringSubmatch(text, -1) {
+		if m[1] == pkt.Dst.String() || m[3] == strconv.Itoa(int(pkt.Port)) {
+			s := fmt.Sprintf("%s %s:%s (%s)", m[2], m[1], m[3], m[4])
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
