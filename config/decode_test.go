@@ -471,8 +471,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"several problems at once", "mod: ipvs\niptables: {syncPeriod: 1}\nfoo: 1\n", false, []wantErr{
 			{3, "mod", "unknown field"}, {4, "iptables.syncPeriod", "want a duration"}, {5, "foo", "unknown field"}}},
 
-		{"invalid mode", "mode: userspace\n", false, []wantErr{{3, "mode", `unknown mode "userspace"`}}},
-		{"udpIdleTimeout must not be negative", "udpIdleTimeout: -1s\n", false, []wantErr{{3, "udpIdleTimeout", "must not be negative"}}},
+		{"invalid mode", "mode: kernelspace-v2\n", false, []wantErr{{3, "mode", `unknown mode "kernelspace-v2"`}}},
+		{"userspace runs (this project's extension)", "mode: userspace\n", false, nil},
+		{"userspace reads udpIdleTimeout", "mode: userspace\nudpIdleTimeout: 1s\n", false, nil},
+		{"udpIdleTimeout must not be negative", "mode: userspace\nudpIdleTimeout: -1s\n", false, []wantErr{{4, "udpIdleTimeout", "must not be negative"}}},
 		{"nftables runs", "mode: nftables\n", false, nil},
 		{"kernelspace not implemented", "mode: kernelspace\n", false, []wantErr{{3, "mode", "does not implement; use iptables or ipvs or nftables"}}},
 		{"nftables checks its own section", "mode: nftables\nnftables:\n  masqueradeBit: 40\n", false, []wantErr{{5, "nftables.masqueradeBit", "[0, 31]"}}},

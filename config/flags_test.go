@@ -183,7 +183,7 @@ func TestFlagErrors(t *testing.T) {
 		{name: "bad bit from a flag names the flag", args: []string{"--iptables-masquerade-bit=40"},
 			want: []wantErr{{0, "iptables.masqueradeBit", "(set by --iptables-masquerade-bit)"}}},
 		{name: "kernelspace from a flag", args: []string{"--proxy-mode=kernelspace"},
-			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs or nftables (set by --proxy-mode)"}}},
+			want: []wantErr{{0, "mode", "does not implement; use iptables or ipvs or nftables or userspace (set by --proxy-mode)"}}},
 		{name: "a flush frequency of 0, as upstream", args: []string{"--log-flush-frequency=0"},
 			want: []wantErr{{0, "logging.flushFrequency", "must be greater than 0 (set by --log-flush-frequency)"}}},
 		{name: "blank hostname", args: []string{"--hostname-override=   "},

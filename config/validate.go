@@ -14,7 +14,7 @@ import (
 const UpstreamVersion = "1.37"
 
 // Modes this kube-proxy can run.
-var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS, ModeNFTables}
+var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS, ModeNFTables, ModeUserspace}
 
 // ipvsSchedulers are the schedulers of the Linux IPVS module.
 var ipvsSchedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
@@ -178,6 +178,8 @@ func (c *KubeProxyConfiguration) validateMode(v *validator) {
 			v.add("mode", "ipvs mode needs the KubeProxyIPVS feature gate, which featureGates turns off")
 		}
 	case ModeNFTables:
+	case ModeUserspace:
+		// This project's extension: the daemon proxies each Service port itself (see README).
 	case ModeKernelspace:
 		v.add("mode", "%q is upstream kube-proxy's Windows mode, which this kube-proxy does not implement; use %s", c.Mode, runs)
 	default:
