@@ -20,5 +20,9 @@
 //	KP_VM_CONSOLE=1     copy the VM's console into the test log
 //	KP_VM_KERNEL=ABI    boot this Debian kernel (e.g. 6.1.0-57-amd64) instead of linux-image-amd64's
 //	KP_BINARY=path      the daemon binary (default: built from the module root)
-//	KP_IPVS_BENCH=N     TestIPVSSyncBenchmark: N Services x 3 real servers, in a boot of its own
+//	KP_IPVS_BENCH=N     TestIPVSSyncBenchmark, in a boot of its own: upstream kube-proxy v1.37.2 (from
+//	                    KP_CLUSTER_BINDIR) and ours in IPVS mode, one after the other, on N Services x 3
+//	                    endpoints of this host's apiserver, observed in the guest; then the IPVS writer's
+//	                    own benchmark (N virtual servers x 3 real servers)
+//	KP_IPVS_BENCH_RUNS=3, KP_IPVS_BENCH_CHANGES=10, KP_IPVS_BENCH_IMPLS=ours|upstream   its knobs
 package ipvsvm

@@ -226,8 +226,9 @@ echo "KPVM NOTE agent exited with $? at $(cut -d' ' -f1 /proc/uptime)s"
 `
 
 // buildInitramfs writes the initramfs: busybox, the host tools with their libraries and the iptables
-// extensions, the kernel modules, the agent, the daemon, and files (guest path → content).
-func buildInitramfs(dst string, k *Kernel, agent, daemon string, files map[string][]byte) error {
+// extensions, the kernel modules, the agent, the daemon, extra binaries (guest path → host path) with
+// their libraries, and files (guest path → content).
+func buildInitramfs(dst string, k *Kernel, agent, daemon string, bins map[string]string, files map[string][]byte) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return err
@@ -268,6 +269,11 @@ func buildInitramfs(dst string, k *Kernel, agent, daemon string, files map[strin
 		}
 		for _, l := range b.links {
 			c.symlink(l, path.Base(b.dst))
+		}
+	}
+	for dst, src := range bins {
+		if err := addBin(src, strings.TrimPrefix(dst, "/")); err != nil {
+			return fmt.Errorf("%s: %w", src, err)
 		}
 	}
 	exts, _ := filepath.Glob(filepath.Join(xtablesLibDir, "*.so"))

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +22,6 @@ import (
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
-
-// EnvBench asks for the sync benchmark with that many Services (e.g. 10000).
-const EnvBench = "KP_IPVS_BENCH"
 
 // EnvConsole, when set, copies the VM's console to the test log as it runs.
 const EnvConsole = "KP_VM_CONSOLE"
@@ -304,32 +300,6 @@ func createService(ctx context.Context, c *harness.Cluster, ns string) error {
 	}
 	_, err := c.Admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
 	return err
-}
-
-// TestIPVSSyncBenchmark measures syncs of KP_IPVS_BENCH Services × 3 real servers in a boot of its own.
-func TestIPVSSyncBenchmark(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv(EnvBench))
-	if n <= 0 {
-		t.Skipf("set %s=N (e.g. 10000) to run the IPVS sync benchmark", EnvBench)
-	}
-	k, agent := require(t)
-	opts := ipvsvm.Options{Agent: agent, Params: ipvsvm.Params{Bench: n}, MemoryMB: 2048, Timeout: 20 * time.Minute, Logf: t.Logf}
-	if os.Getenv(EnvConsole) != "" {
-		opts.Console = testWriter{t}
-	}
-	res, err := ipvsvm.Run(context.Background(), k, opts)
-	if err != nil {
-		t.Fatalf("%v\nconsole tail:\n%s", err, tail(res, 60))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "IPVS sync benchmark, %d Services x 3 real servers, Debian %s under qemu TCG:\n", n, k.Version)
-	for _, r := range res.Bench {
-		fmt.Fprintf(&b, "  %-22s %8.3f s  %s\n", r.Name, r.Seconds, r.Detail)
-	}
-	t.Log(b.String())
-	if cr, ok := res.Case("bench"); !ok || cr.Status != "PASS" {
-		t.Fatalf("benchmark: %+v\nconsole tail:\n%s", cr, tail(res, 40))
-	}
 }
 
 type testWriter struct{ t *testing.T }

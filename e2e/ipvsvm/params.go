@@ -1,5 +1,7 @@
 package ipvsvm
 
+import "net/netip"
+
 // Params tell the guest agent what to run; the host writes them to ParamsPath in the initramfs.
 type Params struct {
 	// Cases are the dataplane cases to run, by name; empty runs them all (see CaseNames).
@@ -8,6 +10,60 @@ type Params struct {
 	Bench int `json:"bench,omitempty"`
 	// Daemon, when set, runs a kube-proxy daemon in IPVS mode against the host's apiserver.
 	Daemon *DaemonParams `json:"daemon,omitempty"`
+	// SideBySide, when set, runs kube-proxy implementations in IPVS mode one after the other against the
+	// host's apiserver, which holds the benchmark's Services (see BenchClusterIP), and measures them.
+	SideBySide *SideBySideParams `json:"sideBySide,omitempty"`
+}
+
+// SideBySideParams describe the side-by-side benchmark: the same workload, the same observer (the
+// kernel's IPVS table, read by the agent) for every implementation, each run alternating their order.
+type SideBySideParams struct {
+	// Services is N: Service i has cluster IP BenchClusterIP(i), TCP port 80, and the endpoints
+	// BenchEndpoints(i, 0) until the agent asks for a change.
+	Services int `json:"services"`
+	// Runs is how many times each implementation is measured; Changes how many one-Service changes
+	// each run makes.
+	Runs    int `json:"runs"`
+	Changes int `json:"changes"`
+	// Idle is how long the agent waits with nothing changing, to measure a periodic resync (longer than
+	// the configured ipvs.syncPeriod).
+	Idle string `json:"idle"`
+	// Impls are the implementations, each a command line.
+	Impls []BenchImpl `json:"impls"`
+}
+
+// BenchImpl is one implementation of the side-by-side benchmark.
+type BenchImpl struct {
+	Name string   `json:"name"`
+	Args []string `json:"args"`
+}
+
+// BenchPort is the benchmark Services' port, BenchTargetPort their endpoints'.
+const (
+	BenchPort       = 80
+	BenchTargetPort = 8080
+)
+
+// BenchClusterIP is the cluster IP of benchmark Service i (i < 32768), in the harness's ServiceCIDR.
+func BenchClusterIP(i int) netip.Addr {
+	return addrAdd(netip.MustParseAddr("10.96.128.0"), uint32(i))
+}
+
+// BenchEndpoints are the three endpoint addresses of benchmark Service i at generation gen (0 at
+// creation; each change moves the window by one, so one endpoint goes and one comes).
+func BenchEndpoints(i, gen int) []netip.Addr {
+	base := addrAdd(netip.MustParseAddr("10.200.0.0"), uint32(i)*64)
+	out := make([]netip.Addr, 3)
+	for j := range out {
+		out[j] = addrAdd(base, uint32(gen%61+j+1))
+	}
+	return out
+}
+
+func addrAdd(a netip.Addr, n uint32) netip.Addr {
+	b := a.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) + n
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
 // DaemonParams describe the daemon part of a VM run.
@@ -23,6 +79,7 @@ type DaemonParams struct {
 
 // Paths in the guest.
 const (
+	UpstreamPath   = "/kp/kube-proxy-upstream"
 	ParamsPath     = "/kp/params.json"
 	AgentPath      = "/kp/agent"
 	DaemonPath     = "/kp/kube-proxy"

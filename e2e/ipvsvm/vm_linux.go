@@ -27,6 +27,9 @@ type Options struct {
 	Params Params
 	// Files are extra files for the guest (path → content), e.g. the daemon's config and kubeconfig.
 	Files map[string][]byte
+	// Binaries are extra executables for the guest (guest path → host path), with the shared libraries
+	// they need (upstream's kube-proxy, say).
+	Binaries map[string]string
 	// MemoryMB and CPUs size the VM (defaults 1024 and 2).
 	MemoryMB, CPUs int
 	// Timeout bounds the whole boot (default 5 min).
@@ -107,7 +110,7 @@ func Run(ctx context.Context, k *Kernel, o Options) (*Result, error) {
 	}
 	initrd := filepath.Join(o.WorkDir, "initramfs.cpio")
 	defer os.Remove(initrd) // tens of MB; the console log stays
-	if err := buildInitramfs(initrd, k, o.Agent, o.Daemon, files); err != nil {
+	if err := buildInitramfs(initrd, k, o.Agent, o.Daemon, o.Binaries, files); err != nil {
 		return nil, fmt.Errorf("building the initramfs: %w", err)
 	}
 	if st, err := os.Stat(initrd); err == nil {

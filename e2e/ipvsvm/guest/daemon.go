@@ -22,7 +22,8 @@ import (
 	"kube-proxy/rules/ipvs"
 )
 
-// proc is a started daemon whose output goes to the console with a prefix.
+// proc is a started daemon whose output goes to the console with a prefix (nowhere without one; its last
+// lines are kept either way).
 type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -44,7 +45,9 @@ func start(prefix string, args ...string) (*proc, error) {
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
-			fmt.Printf("%s: %s\n", prefix, sc.Text())
+			if prefix != "" {
+				fmt.Printf("%s: %s\n", prefix, sc.Text())
+			}
 			p.mu.Lock()
 			p.tail = append(p.tail, sc.Text())
 			if len(p.tail) > 20 {

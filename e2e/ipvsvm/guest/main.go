@@ -64,7 +64,7 @@ func run() int {
 	}
 	logf("network ready in %v", time.Since(start).Round(time.Millisecond))
 	rc := 0
-	if len(p.Cases) > 0 || (p.Bench == 0 && p.Daemon == nil) {
+	if len(p.Cases) > 0 || (p.Bench == 0 && p.Daemon == nil && p.SideBySide == nil) {
 		if !runCases(p.Cases) {
 			rc = 1
 		}
@@ -73,6 +73,14 @@ func run() int {
 		if err := bench(p.Bench); err != nil {
 			report("CASE", "bench", "FAIL", err)
 			rc = 1
+		}
+	}
+	if p.SideBySide != nil {
+		if err := sideBySide(p.SideBySide); err != nil {
+			report("CASE", "sidebyside", "FAIL", err)
+			rc = 1
+		} else {
+			report("CASE", "sidebyside", "PASS", fmt.Sprintf("%d Services, %d runs", p.SideBySide.Services, p.SideBySide.Runs))
 		}
 	}
 	if p.Daemon != nil {

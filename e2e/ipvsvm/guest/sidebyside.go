@@ -1,0 +1,309 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	ipvslib "github.com/cloudflare/ipvs"
+	"github.com/cloudflare/ipvs/netmask"
+
+	"kube-proxy/e2e/ipvsvm"
+	"kube-proxy/rules/ipvs"
+)
+
+// sideBySide measures each implementation in turn, p.Runs times, alternating their order: the same
+// Services in the host's apiserver, the same observer (this agent reading the kernel's IPVS table).
+// Per run and implementation it reports (BENCH lines named "<impl>/<figure>"):
+//
+//   - cold-start: exec → every benchmark Service's virtual server has exactly its real servers
+//     (/proc/net/ip_vs read every 200 ms);
+//   - rss-mib: the process's VmRSS right after;
+//   - change: one Service's EndpointSlice changed by the host (asked for with "WAIT bench-change i gen")
+//     → that virtual server has exactly the new real servers (read over netlink every 5 ms); the median
+//     and the largest of the run, which include the console round trip to the host, the same for all;
+//   - cpu-per-change: the process's CPU time over the changes, divided by their number;
+//   - idle-cpu: the process's CPU time over p.Idle with nothing changing (one periodic full resync when
+//     p.Idle is longer than ipvs.syncPeriod).
+func sideBySide(p *ipvsvm.SideBySideParams) error {
+	if err := hostNetwork(); err != nil {
+		return err
+	}
+	idle, err := time.ParseDuration(p.Idle)
+	if err != nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	gens := map[int]int{}
+	for run := 1; run <= p.Runs; run++ {
+		impls := slices.Clone(p.Impls)
+		if run%2 == 0 {
+			slices.Reverse(impls)
+		}
+		for _, impl := range impls {
+			if err := measure(impl, run, p, idle, gens); err != nil {
+				return fmt.Errorf("%s, run %d: %w", impl.Name, run, err)
+			}
+		}
+	}
+	return nil
+}
+
+var hostNet struct {
+	once sync.Once
+	err  error
+}
+
+// hostNetwork gives the VM its address on qemu's user network, through which the host's apiserver is
+// 10.0.2.2.
+func hostNetwork() error {
+	hostNet.once.Do(func() {
+		for _, c := range [][]string{
+			{"ip", "link", "set", "eth0", "up"},
+			{"ip", "addr", "add", "10.0.2.15/24", "dev", "eth0"},
+			{"ip", "route", "add", "default", "via", "10.0.2.2"},
+		} {
+			if hostNet.err = sh(c...); hostNet.err != nil {
+				return
+			}
+		}
+	})
+	return hostNet.err
+}
+
+func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle time.Duration, gens map[int]int) error {
+	if err := ipvs.Cleanup(context.Background()); err != nil {
+		return fmt.Errorf("cleaning up before: %w", err)
+	}
+	want := func(i int) []string {
+		var out []string
+		for _, a := range ipvsvm.BenchEndpoints(i, gens[i]) {
+			out = append(out, netip.AddrPortFrom(a, ipvsvm.BenchTargetPort).String())
+		}
+		sort.Strings(out)
+		return out
+	}
+	tag := fmt.Sprintf("run=%d services=%d", run, p.Services)
+	t0 := time.Now()
+	proc, err := start("", impl.Args...) // quiet: the console would slow a chatty daemon down
+	defer proc.stop()
+	pid := proc.cmd.Process.Pid
+
+	// Cold start.
+	var missing int
+	err = waitEvery(15*time.Minute, 200*time.Millisecond, func() error {
+		if proc.exited() {
+			return errStop{fmt.Errorf("exited: %s", proc.lastLines())}
+		}
+		table, err := readProcIPVS()
+		if err != nil {
+			return err
+		}
+		missing = 0
+		for i := 0; i < p.Services; i++ {
+			vs := netip.AddrPortFrom(ipvsvm.BenchClusterIP(i), ipvsvm.BenchPort).String()
+			if !slices.Equal(table[vs], want(i)) {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d virtual servers not as wanted", missing, p.Services)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("cold start: %w", err)
+	}
+	report("BENCH", impl.Name+"/cold-start", secs(time.Since(t0)), tag)
+	rss, err := vmRSS(pid)
+	if err != nil {
+		return err
+	}
+	report("BENCH", impl.Name+"/rss-mib", fmt.Sprintf("%.1f", rss), tag+" after the cold start")
+	time.Sleep(3 * time.Second) // let the first syncs' aftermath settle
+
+	// One-Service changes.
+	c, err := ipvslib.New()
+	if err != nil {
+		return err
+	}
+	cpu0, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	var lat []time.Duration
+	for k := 0; k < p.Changes; k++ {
+		i := (k*7919 + run*104729) % p.Services
+		gens[i]++
+		svc := ipvslib.Service{Address: ipvsvm.BenchClusterIP(i), Port: ipvsvm.BenchPort, Protocol: ipvslib.TCP,
+			Family: ipvslib.INET, Netmask: netmask.MaskFrom(32, 32)}
+		t := time.Now()
+		report("WAIT", "bench-change", i, gens[i])
+		err := waitEvery(2*time.Minute, 5*time.Millisecond, func() error {
+			if proc.exited() {
+				return errStop{fmt.Errorf("exited: %s", proc.lastLines())}
+			}
+			ds, err := c.Destinations(svc)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			var got []string
+			for _, d := range ds {
+				if d.Weight > 0 {
+					got = append(got, netip.AddrPortFrom(d.Address, d.Port).String())
+				}
+			}
+			sort.Strings(got)
+			if !slices.Equal(got, want(i)) {
+				return fmt.Errorf("real servers %v, want %v", got, want(i))
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("change %d (Service %d): %w", k+1, i, err)
+		}
+		lat = append(lat, time.Since(t))
+		time.Sleep(200 * time.Millisecond)
+	}
+	cpu1, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	report("BENCH", impl.Name+"/change", secs(lat[len(lat)/2]), fmt.Sprintf("%s median of %d, min %s max %s", tag, len(lat),
+		secs(lat[0]), secs(lat[len(lat)-1])))
+	report("BENCH", impl.Name+"/cpu-per-change", secs((cpu1-cpu0)/time.Duration(len(lat))), tag)
+
+	// Nothing changes for idle.
+	time.Sleep(idle)
+	cpu2, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	report("BENCH", impl.Name+"/idle-cpu", secs(cpu2-cpu1), fmt.Sprintf("%s over %s", tag, idle))
+	if rss, err := vmRSS(pid); err == nil {
+		report("BENCH", impl.Name+"/rss-mib-end", fmt.Sprintf("%.1f", rss), tag+" after the changes and the idle period")
+	}
+	proc.stop()
+	return nil
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.3f", d.Seconds()) }
+
+// waitEvery is waitFor with a polling interval.
+func waitEvery(limit, every time.Duration, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var stop errStop
+		if errors.As(err, &stop) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(every)
+	}
+}
+
+// readProcIPVS reads the IPv4 TCP virtual servers of /proc/net/ip_vs with their real servers of
+// weight > 0, sorted ("10.96.128.0:80" → ["10.200.0.1:8080", ...]).
+func readProcIPVS() (map[string][]string, error) {
+	f, err := os.Open("/proc/net/ip_vs")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string][]string{}
+	var cur string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		switch {
+		case len(fs) >= 2 && fs[0] == "TCP":
+			cur = hexAddrPort(fs[1])
+			if cur != "" {
+				out[cur] = []string{}
+			}
+		case len(fs) >= 4 && fs[0] == "->" && cur != "":
+			if w, err := strconv.Atoi(fs[3]); err == nil && w > 0 {
+				if r := hexAddrPort(fs[1]); r != "" {
+					out[cur] = append(out[cur], r)
+				}
+			}
+		case len(fs) >= 1 && (fs[0] == "UDP" || fs[0] == "SCTP" || fs[0] == "FWM"):
+			cur = ""
+		}
+	}
+	for k := range out {
+		sort.Strings(out[k])
+	}
+	return out, sc.Err()
+}
+
+// hexAddrPort turns /proc/net/ip_vs' "0A608000:0050" into "10.96.128.0:80" ("" for other shapes).
+func hexAddrPort(s string) string {
+	a, p, ok := strings.Cut(s, ":")
+	if !ok || len(a) != 8 {
+		return ""
+	}
+	b, err := hex.DecodeString(a)
+	if err != nil {
+		return ""
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return ""
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b)), uint16(port)).String()
+}
+
+// cpuTime is a process's user + system CPU time.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (which may hold spaces) start after its closing parenthesis.
+	s := string(b)
+	fs := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const hz = 100 // USER_HZ
+	return time.Duration(utime+stime) * time.Second / hz, nil
+}
+
+// vmRSS is a process's resident set size in MiB.
+func vmRSS(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				return 0, err
+			}
+			return float64(kb) / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for %d", pid)
+}
