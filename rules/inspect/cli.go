@@ -672,6 +672,7 @@ type DiffReport struct {
 	Mode  string   `json:"mode"`
 	Drift []Drift  `json:"drift"`
 	Notes []string `json:"notes,omitempty"`
+	Fix   string   `json:"fix,omitempty"`
 }
 
 func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int {
@@ -739,6 +740,9 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 			}
 		}
 	}
+	if len(rep.Drift) > 0 {
+		rep.Fix = driftFix
+	}
 	if !out.json {
 		for _, n := range rep.Notes {
 			out.printf("note: %s\n", n)
@@ -754,6 +758,9 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 			}
 			out.printf("  %s\n", d)
 		}
+		if len(rep.Drift) > 0 {
+			out.printf("fix: %s\n", driftFix)
+		}
 	}
 	out.emit(rep)
 	if len(rep.Drift) > 0 {
@@ -761,6 +768,12 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 	}
 	return exitOK
 }
+
+// driftFix is what repairs drift: the daemon's first sync writes every rule of its mode and removes the
+// other modes' rules; rules in a backend it does not use need --cleanup.
+const driftFix = "restart kube-proxy (`systemctl restart kube-proxy`): its first sync rewrites all of its rules and " +
+	"removes other modes' rules; rules in another iptables backend need `kube-proxy --cleanup` before the restart. " +
+	"A foreign rule is another program's: find which one adds it."
 
 func (e *Env) primaryFamily() v1.IPFamily { return proxy.Families(e.Config)[0] }
 

@@ -69,6 +69,13 @@ func renderIPTables(cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot) (*
 		return nil, err
 	}
 	ts := iptrace.New(snap.Family == v1.IPv6Protocol)
+	for _, c := range iptables.CanaryChains() {
+		if c.Table != "mangle" { // the tracer keeps nat and filter
+			if _, err := ts.Run("-t", c.Table, "-N", c.Chain); err != nil && !isExists(err) {
+				return nil, err
+			}
+		}
+	}
 	for _, j := range iptables.JumpRules(icfg) {
 		if _, err := ts.Run("-t", j.Table, "-N", j.Target); err != nil && !isExists(err) {
 			return nil, err

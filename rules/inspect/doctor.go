@@ -274,14 +274,26 @@ func checkSysctls(cfg *config.KubeProxyConfiguration, live *Live) []Finding {
 	} else {
 		out = append(out, ok("sysctl rp_filter", "not strict on any interface"))
 	}
+	// Mode iptables drops INVALID packets unless tcp_be_liberal is set (upstream's rule; mode nftables
+	// has neither, as upstream).
 	liberal, _ := readSysctl("net/netfilter/nf_conntrack_tcp_be_liberal")
-	if !invalidDrop(live) && liberal != 1 && len(live.Modes()) > 0 {
+	if !invalidDrop(live) && liberal != 1 && hasIPTablesMode(live) {
 		out = append(out, Finding{Check: "conntrack INVALID packets", Status: "warning",
 			What: "neither a rule dropping ctstate INVALID packets nor nf_conntrack_tcp_be_liberal = 1",
 			Why:  "out-of-window TCP packets are passed un-NATed to the pod, which answers with a RST that kills the connection",
 			Fix:  "set conntrack.tcpBeLiberal: true in the configuration, or let kube-proxy write its INVALID drop rule"})
 	}
 	return out
+}
+
+// hasIPTablesMode reports whether mode iptables' rules are present.
+func hasIPTablesMode(live *Live) bool {
+	for _, x := range live.XTables {
+		if !x.Empty() && !x.ipvs() {
+			return true
+		}
+	}
+	return false
 }
 
 // localhostNodePorts reports whether the live rules serve NodePorts on 127.0.0.1 (mode iptables: the
@@ -346,13 +358,7 @@ func checkConntrack(ctx context.Context, live *Live) []Finding {
 	count, err1 := readSysctl("net/netfilter/nf_conntrack_count")
 	max, err2 := readSysctl("net/netfilter/nf_conntrack_max")
 	if err1 == nil && err2 == nil && max > 0 {
-		if count*10 >= max*9 {
-			out = append(out, Finding{Check: "conntrack table", Status: "problem", What: fmt.Sprintf("%d entries of a maximum of %d", count, max),
-				Why: "when the table is full the kernel drops new connections (\"nf_conntrack: table full, dropping packet\")",
-				Fix: fmt.Sprintf("raise it: `sysctl -w net.netfilter.nf_conntrack_max=%d` and conntrack.maxPerCore/min in the configuration", max*2)})
-		} else {
-			out = append(out, ok("conntrack table", fmt.Sprintf("%d entries of a maximum of %d", count, max)))
-		}
+		out = append(out, conntrackFill(count, max))
 	}
 	if _, err := exec.LookPath("conntrack"); err != nil {
 		out = append(out, Finding{Check: "stale UDP conntrack entries", Status: "skipped", What: "the conntrack tool is not installed", Fix: "apt-get install conntrack"})
@@ -382,6 +388,17 @@ func checkConntrack(ctx context.Context, live *Live) []Finding {
 		out = append(out, ok("stale UDP conntrack entries", "none"))
 	}
 	return out
+}
+
+// conntrackFill judges the conntrack table's fill level: a problem from 90 %.
+func conntrackFill(count, max int) Finding {
+	what := fmt.Sprintf("%d entries of a maximum of %d", count, max)
+	if count*10 < max*9 {
+		return ok("conntrack table", what)
+	}
+	return Finding{Check: "conntrack table", Status: "problem", What: what,
+		Why: "when the table is full the kernel drops new connections (\"nf_conntrack: table full, dropping packet\")",
+		Fix: fmt.Sprintf("raise it: `sysctl -w net.netfilter.nf_conntrack_max=%d`, and conntrack.maxPerCore / conntrack.min in the configuration so that kube-proxy keeps it there", max*2)}
 }
 
 func first(s []string, n int) []string {
@@ -525,10 +542,10 @@ func checkDaemon(ctx context.Context, env *Env) []Finding {
 		out = append(out, Finding{Check: "daemon metrics", Status: "warning", What: what})
 		return out
 	}
-	m := parseMetrics(body)
-	failures := m["kubeproxy_sync_proxy_rules_failures_total"]
-	pending := m["kubeproxy_sync_proxy_rules_service_changes_pending"] + m["kubeproxy_sync_proxy_rules_endpoint_changes_pending"]
-	last := m["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]
+	sum, max := parseMetrics(body)
+	failures := sum["kubeproxy_sync_proxy_rules_failures_total"]
+	pending := sum["kubeproxy_sync_proxy_rules_service_changes_pending"] + sum["kubeproxy_sync_proxy_rules_endpoint_changes_pending"]
+	last := max["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]
 	what := fmt.Sprintf("%.0f sync failures since start, %.0f changes pending", failures, pending)
 	if last > 0 {
 		what += ", last successful sync " + time.Unix(int64(last), 0).UTC().Format(time.RFC3339)
@@ -557,9 +574,9 @@ func localAddr(bind string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// parseMetrics sums each metric's samples over their labels (text exposition format).
-func parseMetrics(b []byte) map[string]float64 {
-	out := map[string]float64{}
+// parseMetrics returns each metric's sum and maximum over its labels (text exposition format).
+func parseMetrics(b []byte) (sum, max map[string]float64) {
+	sum, max = map[string]float64{}, map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		if line == "" || line[0] == '#' {
 			continue
@@ -575,11 +592,15 @@ func parseMetrics(b []byte) map[string]float64 {
 			}
 		}
 		v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
-		if err == nil {
-			out[name] += v
+		if err != nil {
+			continue
+		}
+		sum[name] += v
+		if m, ok := max[name]; !ok || v > m {
+			max[name] = v
 		}
 	}
-	return out
+	return sum, max
 }
 
 // checkAPI: the API server answers with the kubeconfig, and RBAC lets the node list and watch what the

@@ -172,6 +172,9 @@ func comment(rule string) string {
 func reason(o traceresult.Outcome, pkt Packet) string {
 	if o.Verdict == "ACCEPT" {
 		if o.Endpoint == "" {
+			if svc := serviceOf(o.Rules); svc != "" {
+				return fmt.Sprintf("entered the rules of %s but no rule DNATed it: its chain is empty or incomplete (see `kube-proxy diff`); the packet goes on untouched", svc)
+			}
 			return "no kube-proxy rule matched: the packet goes on untouched (to the node or onward as routed)"
 		}
 		var b strings.Builder

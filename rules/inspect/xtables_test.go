@@ -2,7 +2,6 @@ package inspect
 
 import (
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
@@ -65,8 +64,3 @@ func TestLoadXTablesKeepsOurChainsAndListsTheRest(t *testing.T) {
 	}
 }
 
-func TestLiveOnThisMachine(t *testing.T) {
-	if os.Getenv("KP_INSPECT_DEBUG") == "" {
-		t.Skip()
-	}
-}
