@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 	"kube-proxy/rules/xtables"
@@ -45,9 +46,17 @@ func ReadLive(ctx context.Context) (*Live, error) {
 		return nil, fmt.Errorf("reading the node's addresses: %w", err)
 	}
 	l.Addrs = addrs
+	sets, err := readIPSets(ctx)
+	if err != nil {
+		l.Problems = append(l.Problems, err.Error())
+	}
+	vss, err := readIPVS(ctx)
+	if err != nil {
+		l.Problems = append(l.Problems, err.Error())
+	}
 	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, family := range families {
-			x, err := readXTables(ctx, backend, family)
+			x, err := readXTables(ctx, backend, family, sets, vss)
 			if err != nil {
 				l.Problems = append(l.Problems, err.Error())
 				continue
@@ -121,7 +130,7 @@ func (x *XTables) ipvs() bool {
 }
 
 // readXTables reads one backend and family; nil when its tools are missing or it holds no table to read.
-func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamily) (*XTables, error) {
+func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamily, sets []ipSet, vss []iptrace.VirtualServer) (*XTables, error) {
 	if !xtables.Available(backend, family) {
 		return nil, nil
 	}
@@ -147,7 +156,7 @@ func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamil
 	if len(saves) == 0 {
 		return nil, nil
 	}
-	return loadXTables(backend, family, saves)
+	return loadXTables(backend, family, saves, sets, vss)
 }
 
 // listNFTTable returns `nft list table FAMILY kube-proxy`, "" when there is no such table or no nft.

@@ -99,8 +99,8 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
 			w.Nearest = nearestXT(x, pkt)
 		}
-		if x.ipvs() {
-			w.Warnings = append(w.Warnings, "mode ipvs: the IPVS virtual servers are not walked by this version; only the iptables rules are")
+		if x.ipvs() && x.VirtualServers == 0 {
+			w.Warnings = append(w.Warnings, "mode ipvs rules, but no IPVS virtual server could be read (no IPVS in this kernel, or ipvsadm missing)")
 		}
 		walks = append(walks, w)
 	}
@@ -182,6 +182,9 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		if svc := serviceOf(o.Rules); svc != "" {
 			fmt.Fprintf(&b, " of %s", svc)
 		}
+		if vs := ipvsServer(o.Path); vs != "" {
+			fmt.Fprintf(&b, " by IPVS virtual server %s", vs)
+		}
 		if o.Masquerade {
 			b.WriteString(", source masqueraded to the node's address")
 		} else {
@@ -191,6 +194,9 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 			b.WriteString(", client remembered for session affinity")
 		}
 		return b.String()
+	}
+	if vs := ipvsServer(o.Path); vs != "" && o.Verdict == "REJECT" {
+		return fmt.Sprintf("IPVS virtual server %s has no real server taking new connections: the Service has no ready endpoints", vs)
 	}
 	last := ""
 	if len(o.Rules) > 0 {
@@ -225,6 +231,16 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		why += fmt.Sprintf(" (rule comment: %q)", c)
 	}
 	return why
+}
+
+// ipvsServer returns the IPVS virtual server a walk went through ("" for none).
+func ipvsServer(path []string) string {
+	for _, p := range path {
+		if vs, ok := strings.CutPrefix(p, "ipvs/"); ok {
+			return vs
+		}
+	}
+	return ""
 }
 
 var svcCommentRE = regexp.MustCompile(`^([a-z0-9.-]+/[a-z0-9.-]+(?::[a-z0-9-]+)?)`)

@@ -20,8 +20,9 @@ type XTables struct {
 	Family  v1.IPFamily
 	// Tables holds our chains and the jump rules into them.
 	Tables *iptrace.Tables
-	// Chains counts our chains per table; Rules our rules (jumps included).
-	Chains, Rules int
+	// Chains counts our chains per table; Rules our rules (jumps included); VirtualServers the IPVS
+	// virtual servers of the family given to the tracer.
+	Chains, Rules, VirtualServers int
 	// Foreign lists the other rules of the built-in chains, with where they stand against our jump.
 	Foreign []ForeignRule
 	// Unreadable lists our rules the tracer does not model (left out of the walk).
@@ -51,10 +52,28 @@ func ours(chain string) bool { return strings.HasPrefix(chain, "KUBE-") }
 
 var builtinChains = map[string]bool{"PREROUTING": true, "INPUT": true, "FORWARD": true, "OUTPUT": true, "POSTROUTING": true}
 
-// loadXTables builds an XTables from the save output of each table (table name → iptables-save text).
-func loadXTables(backend xtables.Backend, family v1.IPFamily, saves map[string]string) (*XTables, error) {
+// loadXTables builds an XTables from the save output of each table (table name → iptables-save text),
+// with the node's ipsets and IPVS virtual servers of the family (mode ipvs' rules and lookups).
+func loadXTables(backend xtables.Backend, family v1.IPFamily, saves map[string]string, sets []ipSet, vss []iptrace.VirtualServer) (*XTables, error) {
 	ipv6 := family == v1.IPv6Protocol
 	x := &XTables{Backend: backend, Family: family, Tables: iptrace.New(ipv6), Save: saves}
+	for _, s := range sets {
+		if s.family != family {
+			continue
+		}
+		if err := x.Tables.SetIPSet(s.name, s.typ, s.members...); err != nil && ours(s.name) {
+			x.Unreadable = append(x.Unreadable, "ipset "+err.Error())
+		}
+	}
+	for _, vs := range vss {
+		if vs.Addr.Is6() == ipv6 {
+			if err := x.Tables.AddVirtualServer(vs); err != nil {
+				x.Unreadable = append(x.Unreadable, "IPVS "+err.Error())
+			} else {
+				x.VirtualServers++
+			}
+		}
+	}
 	for _, table := range tracedTables {
 		text, ok := saves[table]
 		if !ok {

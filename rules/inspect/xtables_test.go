@@ -35,7 +35,7 @@ COMMIT
 `
 
 func TestLoadXTablesKeepsOurChainsAndListsTheRest(t *testing.T) {
-	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": saveNAT})
+	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": saveNAT}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,3 +64,82 @@ func TestLoadXTablesKeepsOurChainsAndListsTheRest(t *testing.T) {
 	}
 }
 
+// Mode ipvs as the kernel shows it: iptables-save, ipset save and ipvsadm -Sn.
+const (
+	ipvsNAT = `*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-SERVICES -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-CLUSTER-IP dst,dst ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+COMMIT
+`
+	ipvsSets = `create KUBE-CLUSTER-IP hash:ip,port family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1
+add KUBE-CLUSTER-IP 10.96.0.10,tcp:80
+add KUBE-CLUSTER-IP 10.96.0.20,tcp:80
+create OTHER hash:net family inet6 hashsize 1024 maxelem 65536
+add OTHER fd00::/64
+`
+	ipvsadmSave = `-A -t 10.96.0.10:80 -s rr
+-a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1
+-a -t 10.96.0.10:80 -r 10.244.2.6:8080 -m -w 1
+-a -t 10.96.0.10:80 -r 10.244.3.7:8080 -m -w 0
+-A -t 10.96.0.20:80 -s rr
+-A -f 42 -s rr
+`
+)
+
+func TestTraceModeIPVS(t *testing.T) {
+	sets, err := parseIPSetSave(ipvsSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vss, err := parseIPVSSave(ipvsadmSave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sets) != 2 || len(sets[0].members) != 2 || sets[1].family != v1.IPv6Protocol || len(vss) != 2 || len(vss[0].Reals) != 3 {
+		t.Fatalf("sets %+v, virtual servers %+v", sets, vss)
+	}
+	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": ipvsNAT}, sets, vss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !x.ipvs() || x.VirtualServers != 2 || len(x.Unreadable) > 0 {
+		t.Fatalf("ipvs %v, virtual servers %d, unreadable %q", x.ipvs(), x.VirtualServers, x.Unreadable)
+	}
+	// The ClusterIPs are on kube-ipvs0: local addresses.
+	l := &Live{XTables: []*XTables{x}, Addrs: []netip.Addr{netip.MustParseAddr("10.250.0.1"), netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.20")}}
+	walk := func(dst string) Walk {
+		t.Helper()
+		walks, err := l.Trace(Packet{Src: netip.MustParseAddr("10.250.0.2"), Dst: netip.MustParseAddr(dst), Protocol: "tcp", Port: 80, In: "eth0"})
+		if err != nil || len(walks) != 1 {
+			t.Fatalf("trace to %s: %v %+v", dst, err, walks)
+		}
+		return walks[0]
+	}
+	w := walk("10.96.0.10")
+	if !w.Reaches() || len(w.Outcomes) != 2 || w.Outcomes[0].Endpoint != "10.244.1.5:8080" || w.Outcomes[1].Endpoint != "10.244.2.6:8080" || !w.Outcomes[0].Masquerade {
+		t.Errorf("to a virtual server with two real servers of weight 1 (and one draining): %+v", w)
+	}
+	if !strings.Contains(w.Outcomes[0].Reason, "by IPVS virtual server tcp/10.96.0.10:80") {
+		t.Errorf("reason %q", w.Outcomes[0].Reason)
+	}
+	if w := walk("10.96.0.20"); w.Reaches() || w.Outcomes[0].Verdict != "REJECT" || !strings.Contains(w.Outcomes[0].Reason, "no ready endpoints") {
+		t.Errorf("to a virtual server without real servers: %+v", w)
+	}
+}
