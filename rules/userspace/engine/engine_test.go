@@ -413,3 +413,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 func goroutines() int { return runtime.NumGoroutine() }
+
+func counterValue(m *Metrics, dir string) float64 {
+	return testutil.ToFloat64(m.bytes.WithLabelValues("TCP", dir))
+}

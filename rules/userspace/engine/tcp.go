@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -146,10 +145,10 @@ func (l *tcpListener) handle(client *net.TCPConn) {
 	}
 }
 
-// pipe copies src to dst (splice between two TCP sockets) and passes src's EOF on as a half-close. On an
-// error both sockets are closed, which ends the other direction too.
+// pipe copies src to dst (splice between two TCP sockets, see copyStream) and passes src's EOF on as a
+// half-close. On an error both sockets are closed, which ends the other direction too.
 func (l *tcpListener) pipe(dst, src *net.TCPConn, dir string) {
-	n, err := io.Copy(dst, src)
+	n, err := copyStream(dst, src)
 	l.e.metrics.bytes.WithLabelValues("TCP", dir).Add(float64(n))
 	if err != nil {
 		// A reset or an idle close: the whole connection is over.
