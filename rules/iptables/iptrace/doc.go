@@ -8,7 +8,9 @@
 // (--src-type/--dst-type), statistic (--mode random --probability), recent (--set, --rcheck, --update with
 // --seconds/--reap), mark (--mark), conntrack (--ctstate), set (--match-set over the ipsets given with
 // SetIPSet, on all of a set's dimensions), physdev (--physdev-is-in only), ipvs (--vaddr, --vport,
-// --vproto); targets ACCEPT, DROP, REJECT, RETURN, MARK, DNAT, MASQUERADE, user chains with -j and -g.
+// --vproto); targets ACCEPT, DROP, REJECT, RETURN, MARK, DNAT, REDIRECT (--to-ports, to the node itself:
+// 127.0.0.1 or ::1 for local packets, else the first of Packet.LocalAddrs), MASQUERADE, user chains with
+// -j and -g.
 // Anything else is an error, so an unexpected rule shape fails a test instead of being ignored.
 //
 // For IPVS mode, the IPVS virtual servers given with AddVirtualServer take part in the walk where the

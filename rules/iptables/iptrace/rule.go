@@ -21,6 +21,7 @@ type Rule struct {
 	Goto           bool   // -g instead of -j
 	// Target options, parsed.
 	ToDestination string // DNAT
+	ToPorts       uint16 // REDIRECT (0: keep the port)
 	MarkValue     uint32 // MARK: new mark = (mark &^ MarkMask) ^ MarkValue
 	MarkMask      uint32
 	RejectWith    string // REJECT
@@ -344,6 +345,10 @@ func ParseRule(args []string, ipv6 bool) (*Rule, error) {
 		if r.ToDestination == "" {
 			return nil, fmt.Errorf("DNAT needs --to-destination")
 		}
+	case "REDIRECT":
+		if r.ToPorts != 0 && r.Proto != "tcp" && r.Proto != "udp" && r.Proto != "sctp" {
+			return nil, fmt.Errorf("REDIRECT --to-ports needs -p tcp, udp or sctp")
+		}
 	case "MARK":
 		if !r.markSet {
 			return nil, fmt.Errorf("MARK target: parameter required")
@@ -391,6 +396,15 @@ func (r *Rule) targetOption(a string, i *int, args []string, next func(*int, str
 			r.MarkValue, r.MarkMask = 0, ^val
 		}
 		r.markSet = true
+	case r.Target == "REDIRECT" && a == "--to-ports":
+		if v, err = next(i, a); err != nil {
+			return err
+		}
+		p, err := strconv.ParseUint(v, 10, 16)
+		if err != nil || p == 0 {
+			return fmt.Errorf("bad --to-ports %q (one port)", v)
+		}
+		r.ToPorts = uint16(p)
 	case r.Target == "MASQUERADE" && a == "--random-fully":
 		r.RandomFully = true
 	case r.Target == "REJECT" && a == "--reject-with":
@@ -764,6 +778,10 @@ func (r *Rule) String() string {
 		switch r.Target {
 		case "DNAT":
 			opt(false, "--to-destination", r.ToDestination)
+		case "REDIRECT":
+			if r.ToPorts != 0 {
+				opt(false, "--to-ports", strconv.Itoa(int(r.ToPorts)))
+			}
 		case "MARK":
 			opt(false, "--set-xmark", fmt.Sprintf("%#x/%#x", r.MarkValue, r.MarkMask))
 		case "MASQUERADE":

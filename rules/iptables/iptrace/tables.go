@@ -22,7 +22,7 @@ var builtinChains = map[string][]string{
 // standardTargets are the targets that are not chains.
 var standardTargets = map[string]string{ // target -> the only table it is valid in ("" any)
 	"ACCEPT": "", "DROP": "", "RETURN": "", "MARK": "", "REJECT": "filter",
-	"DNAT": "nat", "MASQUERADE": "nat", "SNAT": "nat",
+	"DNAT": "nat", "MASQUERADE": "nat", "SNAT": "nat", "REDIRECT": "nat",
 }
 
 // Chain is one chain of a table.

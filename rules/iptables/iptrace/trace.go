@@ -292,6 +292,28 @@ func (tr *tracer) target(t *Table, c *Chain, i int, r *Rule, st state, depth int
 		}
 		st.dst, st.dport, st.dnat = ap.Addr(), ap.Port(), r.ToDestination
 		return []branch{{st, vAccept}}, nil
+	case "REDIRECT":
+		// To the node itself: 127.0.0.1 (::1) for the node's own packets, else the first address of the
+		// node (the kernel takes the incoming interface's primary address).
+		to := netip.IPv6Loopback()
+		if !tr.ts.ipv6 {
+			to = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+		}
+		if !tr.pkt.Local {
+			for _, a := range tr.pkt.LocalAddrs {
+				if a.Is6() == tr.ts.ipv6 && !a.IsLoopback() {
+					to = a
+					break
+				}
+			}
+		}
+		port := st.dport
+		if r.ToPorts != 0 {
+			port = r.ToPorts
+		}
+		st.dst, st.dport = to, port
+		st.dnat = netip.AddrPortFrom(to, port).String()
+		return []branch{{st, vAccept}}, nil
 	case "MASQUERADE", "SNAT":
 		st.masq = true
 		return []branch{{st, vAccept}}, nil

@@ -156,3 +156,35 @@ func TestTraceListsTheRulesThatActed(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestTraceRedirect(t *testing.T) {
+	ts := New(false)
+	mustRestore(t, ts, `*nat
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-PORTALS - [0:0]
+-A PREROUTING -j KUBE-PORTALS
+-A OUTPUT -j KUBE-PORTALS
+-A KUBE-PORTALS -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 41000
+COMMIT
+`, true)
+	node := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.0.1")}
+	for _, tc := range []struct {
+		local bool
+		want  string
+	}{{false, "192.168.0.1:41000"}, {true, "127.0.0.1:41000"}} {
+		pkt := Packet{Src: netip.MustParseAddr("192.168.0.9"), Dst: netip.MustParseAddr("10.0.0.10"), Protocol: "tcp", DPort: 80, InIface: "eth0", LocalAddrs: node}
+		pkt.Dst = netip.MustParseAddr("10.96.0.10")
+		pkt.Local = tc.local
+		res, err := ts.Trace(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Endpoints(); len(got) != 1 || got[0] != tc.want || res.Outcomes[0].Hook != "nat/INPUT" && !tc.local {
+			t.Errorf("local=%v: %s, want %s delivered locally", tc.local, res, tc.want)
+		}
+	}
+	if _, err := ParseRule([]string{"-j", "REDIRECT", "--to-ports", "80"}, false); err == nil {
+		t.Error("REDIRECT --to-ports without a protocol was accepted")
+	}
+}
