@@ -25,6 +25,9 @@ func main() {
 	if o.From != "" {
 		do = report
 	}
+	if o.Userspace {
+		do = runUserspace
+	}
 	if err := do(ctx, o); err != nil {
 		stop()
 		fmt.Fprintln(os.Stderr, "bench failed:", err)
