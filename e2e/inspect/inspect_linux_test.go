@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func newBed(t *testing.T, mode string) *bed {
 		t.Fatal(err)
 	}
 	b.xt = xt
-	if mode == "iptables" {
+	if mode == "iptables" || mode == "userspace" {
 		ctx, cancel := b.Ctx()
 		defer cancel()
 		if err := xt.SetHint(ctx); err != nil {
@@ -55,7 +56,11 @@ func newBed(t *testing.T, mode string) *bed {
 // until it restarts the daemon.
 func (b *bed) start(t *testing.T) {
 	t.Helper()
-	cfg := fmt.Sprintf("mode: %s\nclusterCIDR: %s\n%s:\n  syncPeriod: 1h\n  minSyncPeriod: 0s\n", b.mode, harness.PodCIDR, b.mode)
+	section := b.mode
+	if section == "userspace" { // its capture rules are iptables rules, synced as mode iptables'
+		section = "iptables"
+	}
+	cfg := fmt.Sprintf("mode: %s\nclusterCIDR: %s\n%s:\n  syncPeriod: 1h\n  minSyncPeriod: 0s\n", b.mode, harness.PodCIDR, section)
 	b.d = harness.StartDaemon(t, b.Cluster, b.Topo.Node, harness.DaemonOptions{NodeName: b.Node, Config: cfg,
 		Env: []string{b.xt.Env()}, Kubeconfig: b.Kubeconfig})
 }
@@ -149,7 +154,7 @@ func (tr traceJSON) pods() (pods []string, verdicts []string, masq []bool, reaso
 // TestTraceAgreesWithTraffic: for each case, trace's verdict and endpoints are what real connections,
 // sent the same way, get.
 func TestTraceAgreesWithTraffic(t *testing.T) {
-	for _, mode := range []string{"iptables", "nftables"} {
+	for _, mode := range []string{"iptables", "nftables", "userspace"} {
 		t.Run(mode, func(t *testing.T) { traceCases(t, mode) })
 	}
 }
@@ -222,7 +227,8 @@ func traceCases(t *testing.T, mode string) {
 		// mode nftables rejects it, as upstream.
 		{"unknown port on a ClusterIP", client, "tcp", harness.HostPort(web.Spec.ClusterIP, 81),
 			[]string{"--from", harness.ClientIP, "--in", "eth0"}, nil, "any", map[string]string{
-				"iptables": "no kube-proxy rule matched", "nftables": "no Service serves tcp port 81"}[mode]},
+				"iptables": "no kube-proxy rule matched", "userspace": "no kube-proxy rule matched",
+				"nftables": "no Service serves tcp port 81"}[mode]},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{}, c.args...)
@@ -239,7 +245,16 @@ func traceCases(t *testing.T, mode string) {
 			}
 			sort.Strings(hit)
 			t.Logf("%s: trace %v %v %v; traffic %s", tr.Packet, verdicts, pods, masq, harness.FormatHits(counts))
-			if c.wantFail == "" {
+			if mode == "userspace" && c.wantFail == "" {
+				// The rules send the packet to the daemon's own proxy, which picks the pod: the trace
+				// names the listener, the traffic the pods.
+				if code != 0 || !tr.Reaches || len(pods) > 0 {
+					t.Errorf("trace: exit %d reaches=%v pods %v, want 0, true, the daemon's listener", code, tr.Reaches, pods)
+				}
+				if !slices.Equal(hit, c.wantPods) {
+					t.Errorf("traffic reached %v, want %v", hit, c.wantPods)
+				}
+			} else if c.wantFail == "" {
 				if code != 0 || !tr.Reaches || !slices.Equal(pods, c.wantPods) {
 					t.Errorf("trace: exit %d reaches=%v pods %v, want 0, true, %v", code, tr.Reaches, pods, c.wantPods)
 				}
@@ -260,12 +275,32 @@ func traceCases(t *testing.T, mode string) {
 					t.Errorf("traffic: %s, want every connection to fail with %s", harness.FormatHits(counts), c.wantFail)
 				}
 			}
+			if mode == "userspace" && c.wantFail == "" {
+				c.reasonHas = "REDIRECTed to the daemon's own proxy"
+				if c.from == client && !strings.Contains(strings.Join(reasons, ""), "proxy at "+harness.NodeIP+":") {
+					t.Errorf("reasons %q: want the listener on the incoming interface's address %s", reasons, harness.NodeIP)
+				}
+			}
 			if !strings.Contains(strings.Join(reasons, "\n"), c.reasonHas) {
 				t.Errorf("reasons %q lack %q", reasons, c.reasonHas)
 			}
 			if tr.API != nil && len(tr.API.Disagrees) > 0 && c.wantFail == "" {
 				t.Errorf("the API view disagrees: %v", tr.API.Disagrees)
 			}
+		})
+	}
+	if mode == "userspace" {
+		t.Run("daemon stopped: its listeners are gone", func(t *testing.T) {
+			if err := b.d.Proc.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			tr, code := b.trace(t, "--to", harness.HostPort(harness.NodeIP, tcpNP), "--from", harness.ClientIP, "--in", "eth0")
+			_, _, _, reasons := tr.pods()
+			if code != 1 || tr.Reaches || !strings.Contains(strings.Join(reasons, ""), "nothing listens there") {
+				t.Errorf("trace with the daemon stopped: exit %d, reaches %v, reasons %q", code, tr.Reaches, reasons)
+			}
+			res := harness.HitForTest(t, client, "tcp", harness.HostPort(harness.NodeIP, tcpNP), 5, harness.HitOptions{Timeout: time.Second})
+			harness.ExpectAllFail(t, "client -> NodePort with the daemon stopped", res, "refused")
 		})
 	}
 	t.Run("usage errors exit 2", func(t *testing.T) {

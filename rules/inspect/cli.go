@@ -543,7 +543,7 @@ func apiView(ctx context.Context, env *Env, ref string, pkt Packet, walks []Walk
 	}
 	for _, w := range walks {
 		for _, o := range w.Outcomes {
-			if o.Endpoint != "" && !ready[o.Endpoint] {
+			if o.Endpoint != "" && !o.Proxy && !ready[o.Endpoint] {
 				v.Disagrees = append(v.Disagrees, fmt.Sprintf("%s sends packets to %s, which is not a ready endpoint in the API", w.Dataplane, o.Endpoint))
 			}
 		}

@@ -21,8 +21,10 @@ import (
 
 // Live is the node's kube-proxy state as the kernel holds it now.
 type Live struct {
-	// Addrs are the node's addresses (both families, loopback included).
-	Addrs []netip.Addr
+	// Addrs are the node's addresses (both families, loopback included); IfAddrs the addresses of each
+	// interface, in the kernel's order (the primary first).
+	Addrs   []netip.Addr
+	IfAddrs map[string][]netip.Addr
 	// XTables holds each iptables backend and family whose tables could be read.
 	XTables []*XTables
 	// NFT holds the nftables `kube-proxy` tables (families ip and ip6) loaded into the tracer; NFTText the
@@ -41,11 +43,11 @@ var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // nftables tables. What cannot be read is noted in Problems; an error is returned only when nothing could.
 func ReadLive(ctx context.Context) (*Live, error) {
 	l := &Live{NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{}}
-	addrs, err := nodeAddrs()
+	addrs, ifAddrs, err := nodeAddrs()
 	if err != nil {
 		return nil, fmt.Errorf("reading the node's addresses: %w", err)
 	}
-	l.Addrs = addrs
+	l.Addrs, l.IfAddrs = addrs, ifAddrs
 	sets, err := readIPSets(ctx)
 	if err != nil {
 		l.Problems = append(l.Problems, err.Error())
@@ -102,6 +104,12 @@ func (l *Live) Modes() []string {
 		if x.ipvs() {
 			m = fmt.Sprintf("ipvs (iptables %s backend)", x.Backend)
 		}
+		if x.userspace() {
+			m = fmt.Sprintf("userspace (iptables %s backend)", x.Backend)
+			if x.Chains > x.userspaceChains() {
+				m += fmt.Sprintf(", iptables (%s backend)", x.Backend)
+			}
+		}
 		if !slices.Contains(out, m) {
 			out = append(out, m)
 		}
@@ -127,6 +135,21 @@ func (l *Live) XTablesFor(family v1.IPFamily) []*XTables {
 func (x *XTables) ipvs() bool {
 	return slices.Contains(x.Tables.Chains("nat"), "KUBE-LOAD-BALANCER") || slices.Contains(x.Tables.Chains("nat"), "KUBE-IPVS-FILTER") ||
 		slices.Contains(x.Tables.Chains("filter"), "KUBE-IPVS-FILTER")
+}
+
+// userspace reports whether mode userspace's capture chains are present.
+func (x *XTables) userspace() bool { return x.userspaceChains() > 0 }
+
+func (x *XTables) userspaceChains() int {
+	n := 0
+	for _, table := range tracedTables {
+		for _, c := range x.Tables.Chains(table) {
+			if strings.HasPrefix(c, "KUBE-PORTALS-") || c == "KUBE-NODEPORT-CONTAINER" || c == "KUBE-NODEPORT-HOST" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // readXTables reads one backend and family; nil when its tools are missing or it holds no table to read.
@@ -182,22 +205,47 @@ func listNFTTable(ctx context.Context, family v1.IPFamily) (string, error) {
 	return stdout.String(), nil
 }
 
-// nodeAddrs lists the addresses of every interface, sorted.
-func nodeAddrs() ([]netip.Addr, error) {
-	ifAddrs, err := net.InterfaceAddrs()
+// nodeAddrs lists the addresses of every interface, sorted, and each interface's in the kernel's order.
+func nodeAddrs() ([]netip.Addr, map[string][]netip.Addr, error) {
+	ifs, err := net.Interfaces()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []netip.Addr
-	for _, a := range ifAddrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
+	byIf := map[string][]netip.Addr{}
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
 			continue
 		}
-		if ip, ok := netip.AddrFromSlice(ipn.IP); ok && !slices.Contains(out, ip.Unmap()) {
-			out = append(out, ip.Unmap())
+		for _, a := range addrs {
+			ipn, ok := a.(*net.IPNet)
+			if !ok {
+				continue
+			}
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			byIf[i.Name] = append(byIf[i.Name], ip)
+			if !slices.Contains(out, ip) {
+				out = append(out, ip)
+			}
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return out, nil
+	return out, byIf, nil
+}
+
+// localAddrsFor returns the node's addresses with those of the interface in first (the address a
+// REDIRECT of an arriving packet goes to is the incoming interface's primary one).
+func (l *Live) localAddrsFor(in string) []netip.Addr {
+	out := slices.Clone(l.IfAddrs[in])
+	for _, a := range l.Addrs {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package inspect
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,12 +60,15 @@ type Walk struct {
 
 // Outcome is one way the packet goes, with the reason in words.
 type Outcome struct {
-	Verdict     string   `json:"verdict"` // ACCEPT, DROP or REJECT
-	Endpoint    string   `json:"endpoint,omitempty"`
-	Probability float64  `json:"probability"`
-	Masquerade  bool     `json:"masquerade"`
-	Reason      string   `json:"reason"`
-	Rules       []string `json:"rules"`
+	Verdict     string  `json:"verdict"` // ACCEPT, DROP or REJECT
+	Endpoint    string  `json:"endpoint,omitempty"`
+	Probability float64 `json:"probability"`
+	Masquerade  bool    `json:"masquerade"`
+	// Proxy is set when the packet goes to the daemon's own proxy (mode userspace): Endpoint is then its
+	// listener, and the daemon picks the endpoint.
+	Proxy  bool     `json:"proxy,omitempty"`
+	Reason string   `json:"reason"`
+	Rules  []string `json:"rules"`
 }
 
 // Reaches reports whether every outcome delivers the packet to an endpoint.
@@ -86,13 +90,16 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 	var walks []Walk
 	for _, x := range l.XTablesFor(pkt.Family()) {
 		res, err := x.Tables.Trace(iptrace.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: pkt.Protocol, DPort: pkt.Port,
-			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.Addrs})
+			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.localAddrsFor(pkt.In)})
 		if err != nil {
 			return nil, fmt.Errorf("tracing through the %s %s iptables rules: %w", x.Backend, x.Family, err)
 		}
 		name := fmt.Sprintf("iptables (%s backend) %s", x.Backend, x.Family)
 		if x.ipvs() {
 			name = fmt.Sprintf("ipvs: iptables (%s backend) %s", x.Backend, x.Family)
+		}
+		if x.userspace() {
+			name = fmt.Sprintf("userspace: iptables (%s backend) %s", x.Backend, x.Family)
 		}
 		w := explain(name, res, pkt)
 		w.Warnings = x.warnings(pkt)
@@ -106,7 +113,7 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 	}
 	if slices.Contains(l.NFTFamilies, pkt.Family()) {
 		res, err := l.NFT.Trace(nftrace.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: pkt.Protocol, DPort: pkt.Port,
-			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.Addrs})
+			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.localAddrsFor(pkt.In)})
 		if err != nil {
 			return nil, fmt.Errorf("tracing through the %s nftables table: %w", pkt.Family(), err)
 		}
@@ -139,8 +146,14 @@ func (x *XTables) warnings(pkt Packet) []string {
 func explain(name string, res *traceresult.Result, pkt Packet) Walk {
 	w := Walk{Dataplane: name}
 	for _, o := range res.Outcomes {
-		w.Outcomes = append(w.Outcomes, Outcome{Verdict: o.Verdict, Endpoint: o.Endpoint, Probability: o.Probability,
-			Masquerade: o.Masquerade, Reason: reason(o, pkt), Rules: o.Rules})
+		out := Outcome{Verdict: o.Verdict, Endpoint: o.Endpoint, Probability: o.Probability,
+			Masquerade: o.Masquerade, Reason: reason(o, pkt), Rules: o.Rules}
+		out.Proxy = redirected(o)
+		if out.Proxy && !listening(pkt.Protocol, o.Dst.Port()) {
+			out.Endpoint = ""
+			out.Reason = fmt.Sprintf("REDIRECTed to port %d on the node (mode userspace), but nothing listens there: the daemon is not running or has not opened this Service's listener", o.Dst.Port())
+		}
+		w.Outcomes = append(w.Outcomes, out)
 	}
 	slices.SortStableFunc(w.Outcomes, func(a, b Outcome) int {
 		if a.Probability != b.Probability {
@@ -170,6 +183,9 @@ func comment(rule string) string {
 
 // reason says in words why an outcome is what it is.
 func reason(o traceresult.Outcome, pkt Packet) string {
+	if redirected(o) {
+		return fmt.Sprintf("REDIRECTed to the daemon's own proxy at %s (mode userspace): it connects to an endpoint it picks round-robin, trying the next when one fails", o.Endpoint)
+	}
 	if o.Verdict == "ACCEPT" {
 		if o.Endpoint == "" {
 			if svc := serviceOf(o.Rules); svc != "" {
@@ -206,6 +222,10 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	lower := strings.ToLower(last)
 	why := ""
 	switch {
+	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:") && o.Verdict == "REJECT":
+		why = "the Service has no ready endpoints (mode userspace rejects it before it reaches the proxy)"
+	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:"):
+		why = "mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"
 	case strings.Contains(c, "has no local endpoints"):
 		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
 	case strings.Contains(c, "has no endpoints") || strings.HasPrefix(last, "reject-chain:"):
@@ -231,6 +251,39 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		why += fmt.Sprintf(" (rule comment: %q)", c)
 	}
 	return why
+}
+
+// redirected reports whether an outcome ends in a REDIRECT to the node itself.
+func redirected(o traceresult.Outcome) bool {
+	if o.Verdict != "ACCEPT" || o.Endpoint == "" {
+		return false
+	}
+	for _, r := range o.Rules {
+		if strings.Contains(r, "-j REDIRECT") {
+			return true
+		}
+	}
+	return false
+}
+
+// listening reports whether a socket listens on port (TCP) or is bound to it (UDP), in either family, as
+// /proc/net/{tcp,udp}{,6} say.
+var listening = func(proto string, port uint16) bool {
+	files := map[string][]string{"tcp": {"/proc/net/tcp", "/proc/net/tcp6"}, "udp": {"/proc/net/udp", "/proc/net/udp6"}}[proto]
+	want := fmt.Sprintf(":%04X ", port)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) > 3 && strings.HasSuffix(fields[1]+" ", want) && (proto == "udp" || fields[3] == "0A") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ipvsServer returns the IPVS virtual server a walk went through ("" for none).
