@@ -104,23 +104,34 @@ func New(family v1.IPFamily, bind netip.Addr, opts Options, m *Metrics) *Engine 
 // Options returns the options in force, defaults applied.
 func (e *Engine) Options() Options { return e.opts }
 
-// Ensure makes the listener of key forward to t, opening it when needed, and returns its port.
-func (e *Engine) Ensure(key Key, t Target) (uint16, error) {
+// Ensure makes the listener of key forward to t, opening it on a port the kernel picks when needed, and
+// returns its port.
+func (e *Engine) Ensure(key Key, t Target) (uint16, error) { return e.EnsureAt(key, 0, t) }
+
+// EnsureAt is Ensure on a given port (0: any): a listener of key on another port is closed (its
+// connections keep running) and one on port opened.
+func (e *Engine) EnsureAt(key Key, port uint16, t Target) (uint16, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if l, ok := e.listeners[key]; ok {
-		l.setTarget(t)
-		return l.port(), nil
+		if port == 0 || l.port() == port {
+			l.setTarget(t)
+			e.mu.Unlock()
+			return l.port(), nil
+		}
+		e.mu.Unlock()
+		e.Remove(key)
+		e.mu.Lock()
 	}
+	defer e.mu.Unlock()
 	var (
 		l   listener
 		err error
 	)
 	switch key.Protocol {
 	case v1.ProtocolTCP:
-		l, err = e.listenTCP(key, t)
+		l, err = e.listenTCP(key, t, port)
 	case v1.ProtocolUDP:
-		l, err = e.listenUDP(key, t)
+		l, err = e.listenUDP(key, t, port)
 	default:
 		err = fmt.Errorf("protocol %s is not supported by the userspace proxy", key.Protocol)
 	}

@@ -417,3 +417,36 @@ func goroutines() int { return runtime.NumGoroutine() }
 func counterValue(m *Metrics, dir string) float64 {
 	return testutil.ToFloat64(m.bytes.WithLabelValues("TCP", dir))
 }
+
+func TestEnsureAtAGivenPort(t *testing.T) {
+	a := newBackend(t, "a")
+	e, _ := newEngine(t, Options{})
+	want := closedPort(t).Port()
+	got, err := e.EnsureAt(tcpKey, want, Target{Endpoints: []netip.AddrPort{a.addr()}})
+	if err != nil || got != want {
+		t.Fatalf("EnsureAt(%d) = %d, %v", want, got, err)
+	}
+	if name, err := ask(t, netip.AddrPortFrom(loopback, want)); err != nil || name != "a" {
+		t.Fatalf("answer on port %d: %q, %v", want, name, err)
+	}
+	// Another port: the listener moves.
+	other := closedPort(t).Port()
+	if got, err := e.EnsureAt(tcpKey, other, Target{Endpoints: []netip.AddrPort{a.addr()}}); err != nil || got != other {
+		t.Fatalf("EnsureAt(%d) = %d, %v", other, got, err)
+	}
+	if _, err := net.DialTimeout("tcp", netip.AddrPortFrom(loopback, want).String(), time.Second); err == nil {
+		t.Errorf("port %d still listens after the listener moved", want)
+	}
+	if name, err := ask(t, netip.AddrPortFrom(loopback, other)); err != nil || name != "a" {
+		t.Fatalf("answer on port %d: %q, %v", other, name, err)
+	}
+	// A port someone else holds is an error.
+	held, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := e.EnsureAt(Key{Name: "ns/x", Protocol: v1.ProtocolTCP}, uint16(held.Addr().(*net.TCPAddr).Port), Target{Endpoints: []netip.AddrPort{a.addr()}}); err == nil {
+		t.Error("EnsureAt on a port in use succeeded")
+	}
+}

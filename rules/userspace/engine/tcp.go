@@ -34,12 +34,12 @@ type tcpConn struct {
 	idle             *time.Timer
 }
 
-func (e *Engine) listenTCP(key Key, t Target) (*tcpListener, error) {
+func (e *Engine) listenTCP(key Key, t Target, port uint16) (*tcpListener, error) {
 	network := "tcp4"
 	if e.family == v1.IPv6Protocol {
 		network = "tcp6"
 	}
-	ln, err := net.ListenTCP(network, net.TCPAddrFromAddrPort(netip.AddrPortFrom(e.bind, 0)))
+	ln, err := net.ListenTCP(network, net.TCPAddrFromAddrPort(netip.AddrPortFrom(e.bind, port)))
 	if err != nil {
 		return nil, err
 	}

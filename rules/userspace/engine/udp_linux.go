@@ -42,12 +42,12 @@ type udpFlow struct {
 	last   atomic.Int64 // unix nanoseconds of the last packet either way
 }
 
-func (e *Engine) listenUDP(key Key, t Target) (listener, error) {
+func (e *Engine) listenUDP(key Key, t Target, port uint16) (listener, error) {
 	network, v6 := "udp4", e.family == v1.IPv6Protocol
 	if v6 {
 		network = "udp6"
 	}
-	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.bind, 0)))
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.bind, port)))
 	if err != nil {
 		return nil, err
 	}

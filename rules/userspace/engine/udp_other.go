@@ -5,6 +5,6 @@ package engine
 import "errors"
 
 // listenUDP needs Linux's IP_PKTINFO and epoll.
-func (e *Engine) listenUDP(Key, Target) (listener, error) {
+func (e *Engine) listenUDP(Key, Target, uint16) (listener, error) {
 	return nil, errors.New("the userspace UDP proxy needs Linux")
 }
