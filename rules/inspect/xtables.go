@@ -168,35 +168,5 @@ func targetOf(words []string) string {
 	return ""
 }
 
-// splitWords splits a save line into words, honouring double quotes and the backslash escapes in them.
-func splitWords(line string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	quoted, have := false, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case quoted && c == '\\' && i+1 < len(line):
-			i++
-			cur.WriteByte(line[i])
-		case c == '"':
-			quoted, have = !quoted, true
-		case !quoted && (c == ' ' || c == '\t'):
-			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(c)
-			have = true
-		}
-	}
-	if quoted {
-		return nil, fmt.Errorf("unterminated quote")
-	}
-	if have {
-		out = append(out, cur.String())
-	}
-	return out, nil
-}
+// splitWords splits a save line into words (iptrace.Words).
+func splitWords(line string) ([]string, error) { return iptrace.Words(line) }

@@ -22,12 +22,21 @@ func Desired(cfg Config, snap *proxy.Snapshot, localAddrs []netip.Addr) (string,
 	}
 	fake := knftables.NewFake(kf, TableName)
 	d := newDataplane(cfg, &knftKernel{nft: fake, fam: familyOf(cfg.Family)}, nil, NewMetrics(nil))
-	d.localAddrs = func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
+	d.localAddrs = nodeAddrsIn(localAddrs)
+	if err := d.Apply(context.Background(), snap, true); err != nil {
+		return "", fmt.Errorf("rendering the %s table: %w", cfg.Family, err)
+	}
+	return fake.Dump(), nil
+}
+
+// nodeAddrsIn is proxy.LocalAddrs over a given list of node addresses instead of the interfaces'.
+func nodeAddrsIn(local []netip.Addr) func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
+	return func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
 		if all {
 			return nil, true
 		}
 		var out []netip.Addr
-		for _, a := range localAddrs {
+		for _, a := range local {
 			for _, c := range cidrs {
 				if c.Contains(a) {
 					out = append(out, a)
@@ -37,8 +46,4 @@ func Desired(cfg Config, snap *proxy.Snapshot, localAddrs []netip.Addr) (string,
 		}
 		return out, false
 	}
-	if err := d.Apply(context.Background(), snap, true); err != nil {
-		return "", fmt.Errorf("rendering the %s table: %w", cfg.Family, err)
-	}
-	return fake.Dump(), nil
 }

@@ -99,21 +99,7 @@ func testDataplane(cfg Config, addrs ...string) (*Dataplane, *fakeKernel) {
 	for _, a := range addrs {
 		local = append(local, netip.MustParseAddr(a))
 	}
-	d.localAddrs = func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
-		if all {
-			return nil, true
-		}
-		var out []netip.Addr
-		for _, a := range local {
-			for _, c := range cidrs {
-				if c.Contains(a) {
-					out = append(out, a)
-					break
-				}
-			}
-		}
-		return out, false
-	}
+	d.localAddrs = nodeAddrsIn(local)
 	clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	return d, k

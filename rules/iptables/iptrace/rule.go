@@ -73,8 +73,11 @@ const maxSetDims = 6
 // protoNumbers are the protocols an ipvs match may name.
 var protoNumbers = map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}
 
-// tokenize splits an iptables-restore line into words, honouring double quotes and backslash escapes in
-// them as iptables-restore does.
+// Words splits an iptables-restore or iptables-save line into words, honouring double quotes and the
+// backslash escapes in them as iptables-restore does.
+func Words(line string) ([]string, error) { return tokenize(line) }
+
+// tokenize is Words.
 func tokenize(line string) ([]string, error) {
 	var out []string
 	var cur strings.Builder
