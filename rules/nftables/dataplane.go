@@ -16,6 +16,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/userspace/engine"
 )
 
 // cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
@@ -42,6 +43,9 @@ type Dataplane struct {
 	kernel  kernel
 	cleaner cleaner
 	metrics *familyMetrics
+	// localhost serves TCP NodePorts on loopback (the KubeProxyNFTablesLocalhostNodePorts gate on);
+	// nil with the gate off.
+	localhost *localhostProxy
 	// localAddrs lists the node's addresses inside the NodePort CIDRs (proxy.LocalAddrs).
 	localAddrs func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool)
 	chunk      chunk
@@ -85,7 +89,8 @@ func ConfigFrom(c *config.KubeProxyConfiguration, family v1.IPFamily) (Config, e
 	if err != nil {
 		return Config{}, err
 	}
-	return Config{Settings: s, LocalhostReject: c.FeatureEnabled("KubeProxyNFTablesLocalhostNodePorts")}, nil
+	gate := c.FeatureEnabled("KubeProxyNFTablesLocalhostNodePorts")
+	return Config{Settings: s, LocalhostReject: gate, LocalhostProxy: gate && hasLoopback(s.NodePortAddresses)}, nil
 }
 
 // Reconfigure takes a reloaded configuration file. A change to what the table depends on makes the next
@@ -189,6 +194,11 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		"chainsWritten", p.rewritten, "elapsed", time.Since(start))
 
 	d.m, d.last = next, snap
+	if d.localhost != nil {
+		// After the table: the TCP reject elements are gone before the listeners open, and back before
+		// they close.
+		d.localhost.sync(snap, cfg.LocalhostProxy)
+	}
 	d.mu.Lock()
 	if d.renderer == r { // not reconfigured meanwhile: every port now matches this renderer
 		d.needRebuild, d.diffAll = false, false
@@ -235,6 +245,9 @@ type Metrics struct {
 	removedExternally *prometheus.CounterVec
 
 	reg prometheus.Registerer
+	// engine holds the userspace proxy engine's metrics, registered when first asked for (the gate on).
+	engineOnce sync.Once
+	engine     *engine.Metrics
 	// localhost exports the counters of rejected loopback NodePort packets (the gate on).
 	mu        sync.Mutex
 	localhost localhostCollector
@@ -266,6 +279,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 type familyMetrics struct {
 	syncFailures, cleanupFailures, removedExternally prometheus.Counter
+}
+
+// engineMetrics returns the userspace proxy engine's metrics, registering them on first use.
+func (m *Metrics) engineMetrics() *engine.Metrics {
+	m.engineOnce.Do(func() {
+		reg := m.reg
+		if reg == nil {
+			reg = prometheus.NewRegistry()
+		}
+		m.engine = engine.NewMetrics(reg)
+	})
+	return m.engine
 }
 
 func (m *Metrics) forFamily(f v1.IPFamily) *familyMetrics {

@@ -32,7 +32,9 @@
 //     hourly.
 //   - When two Services claim the same map key (an externalIP:port in both), the one first by name wins;
 //     upstream's winner depends on map iteration order.
-//   - With the KubeProxyNFTablesLocalhostNodePorts gate on, loopback NodePorts are rejected and counted
-//     for every protocol; upstream's alpha serves TCP ones with a userspace proxy when nodePortAddresses
-//     lists loopback explicitly.
+//
+// With the KubeProxyNFTablesLocalhostNodePorts gate on (KEP-6032, alpha), loopback NodePorts are rejected
+// and counted, but TCP ones when nodePortAddresses lists loopback explicitly: those are served, as upstream's
+// alpha serves them, by a userspace proxy listening on 127.0.0.1:<nodePort> (::1), here the engine of mode
+// userspace (rules/userspace/engine; localhost.go).
 package nftables

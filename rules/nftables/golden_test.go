@@ -34,6 +34,9 @@ func TestGolden(t *testing.T) {
 		{"ipv4-masquerade-all-bit0-localhost-reject", v4, "10.244.0.0/16", func(c *Config) {
 			c.MasqueradeAll, c.MasqueradeBit, c.LocalhostReject = true, 0, true
 		}},
+		// nodePortAddresses with loopback: TCP loopback NodePorts are left to the userspace proxy, the
+		// others still rejected.
+		{"ipv4-localhost-proxy", v4, "10.244.0.0/16", func(c *Config) { c.LocalhostReject, c.LocalhostProxy = true, true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(tc.family, tc.cidr)

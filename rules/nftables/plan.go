@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	v1 "k8s.io/api/core/v1"
+
 	"kube-proxy/proxy"
 )
 
@@ -194,15 +196,23 @@ func baseOps(t *tx, b *baseObjects, table bool) {
 		m := &setSpec{name: mapLocalhostNodePortReject, key: layoutProtoPort, isMap: true}
 		t.add(op{kind: opAdd, set: m})
 		t.add(op{kind: opDelete, set: m})
-		for _, p := range localhostProtocols {
-			c := &chainSpec{name: localhostRejectChain(p)}
-			t.add(op{kind: opAdd, chain: c})
-			t.add(op{kind: opDelete, chain: c})
+	}
+	// The reject chains and counters of protocols not rejected (none without the gate; TCP when the
+	// userspace proxy serves it), the chains first: their rules name the counters.
+	var unrejected []v1.Protocol
+	for _, p := range localhostProtocols {
+		if !slices.Contains(b.counters, LocalhostRejectCounter(p)) {
+			unrejected = append(unrejected, p)
 		}
-		for _, p := range localhostProtocols {
-			t.add(op{kind: opAdd, counter: LocalhostRejectCounter(p)})
-			t.add(op{kind: opDelete, counter: LocalhostRejectCounter(p)})
-		}
+	}
+	for _, p := range unrejected {
+		c := &chainSpec{name: localhostRejectChain(p)}
+		t.add(op{kind: opAdd, chain: c})
+		t.add(op{kind: opDelete, chain: c})
+	}
+	for _, p := range unrejected {
+		t.add(op{kind: opAdd, counter: LocalhostRejectCounter(p)})
+		t.add(op{kind: opDelete, counter: LocalhostRejectCounter(p)})
 	}
 }
 

@@ -15,9 +15,23 @@ import (
 type Config struct {
 	proxy.Settings
 	// LocalhostReject is the KubeProxyNFTablesLocalhostNodePorts feature gate: NodePorts on loopback
-	// addresses are rejected and counted (upstream's alpha serves TCP ones with a userspace proxy when
-	// nodePortAddresses lists loopback explicitly; this implementation rejects those too).
+	// addresses are rejected and counted, but for TCP ones when LocalhostProxy is set.
 	LocalhostReject bool
+	// LocalhostProxy is set when the gate is on and nodePortAddresses lists a loopback CIDR of the family
+	// (the "localhost" keyword, say), as upstream's alpha decides it: TCP NodePorts on 127.0.0.1 (::1)
+	// are then served by the userspace proxy engine listening there, and not rejected.
+	LocalhostProxy bool
+}
+
+// rejectedLocalhost returns the protocols whose loopback NodePorts the table rejects and counts.
+func (c *Config) rejectedLocalhost() []v1.Protocol {
+	switch {
+	case !c.LocalhostReject:
+		return nil
+	case c.LocalhostProxy:
+		return []v1.Protocol{v1.ProtocolUDP, v1.ProtocolSCTP}
+	}
+	return localhostProtocols
 }
 
 // inputs are the facts besides the Service ports that the table depends on, read for each sync.
@@ -107,7 +121,8 @@ var jumps = []struct {
 	{chainClusterIPsCheck, chainFilterOutput, true},
 }
 
-// localhostProtocols are the protocols whose loopback NodePorts are rejected with the gate on.
+// localhostProtocols are the protocols whose loopback NodePorts are rejected with the gate on (all of
+// them, unless the userspace proxy serves TCP ones: Config.rejectedLocalhost).
 var localhostProtocols = []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}
 
 // LocalhostRejectCounter names the counter of rejected loopback NodePort packets of a protocol (upstream's
@@ -139,7 +154,7 @@ func (r *renderer) base(in *inputs) *baseObjects {
 	add(chainSpec{name: chainReject, comment: "helper for @no-endpoint-services / @no-endpoint-nodeports"})
 	if r.cfg.LocalhostReject {
 		b.localhostReject = true
-		for _, p := range localhostProtocols {
+		for _, p := range r.cfg.rejectedLocalhost() {
 			add(chainSpec{name: localhostRejectChain(p)})
 			b.counters = append(b.counters, LocalhostRejectCounter(p))
 		}
@@ -173,7 +188,7 @@ func (r *renderer) base(in *inputs) *baseObjects {
 		rule(chainNodePortEndpointsCheck, "", addrInSet(false, setNodePortIPs), vmapProtoPort(mapNoEndpointNodePorts))
 	}
 	if b.localhostReject {
-		for _, p := range localhostProtocols {
+		for _, p := range r.cfg.rejectedLocalhost() {
 			rule(localhostRejectChain(p), "", counter(LocalhostRejectCounter(p)), reject())
 		}
 		rule(chainNodePortEndpointsCheck, "", addrIs(false, false, f.loopback), vmapProtoPort(mapLocalhostNodePortReject))
@@ -319,7 +334,7 @@ func (r *renderer) service(sp *proxy.ServicePort, in *inputs) *svcObjects {
 	}
 	if sp.NodePort != 0 {
 		npKey := elemKey{proto: proto, port: uint16(sp.NodePort)}
-		if r.cfg.LocalhostReject {
+		if r.cfg.LocalhostReject && !(r.cfg.LocalhostProxy && sp.Protocol == v1.ProtocolTCP) {
 			elem(mapLocalhostNodePortReject, npKey, verdict{kind: verdictGoto, chain: localhostRejectChain(sp.Protocol)}, false)
 		}
 		if hasEndpoints {
