@@ -132,6 +132,8 @@ func (b *bed) trace(t *testing.T, args ...string) (traceJSON, int) {
 }
 
 // endpoints returns the pods (by name) the trace's outcomes reach, and the verdicts and reasons.
+func ptr[T any](v T) *T { return &v }
+
 func (tr traceJSON) pods() (pods []string, verdicts []string, masq []bool, reasons []string) {
 	for _, w := range tr.Walks {
 		for _, o := range w.Outcomes {
@@ -194,6 +196,10 @@ func traceCases(t *testing.T, mode string) {
 	if _, err := b.Topo.Node.IP(ctx, "route", "replace", "192.0.2.0/24", "via", harness.ClientIP); err != nil {
 		t.Fatal(err)
 	}
+	sticky := b.CreateService(t, "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
+	b.SetEndpoints(t, "sticky", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2), harness.ReadyEndpoint(3))
+	itp := b.CreateService(t, "itp", func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyLocal) })
+	b.SetEndpoints(t, "itp", harness.ReadyEndpoint(2), harness.RemoteEndpoint(3))
 	b.start(t)
 	tcpNP := harness.NodePortOf(t, web, "tcp")
 	client, node := b.Topo.Client, b.Topo.Node
@@ -215,6 +221,10 @@ func traceCases(t *testing.T, mode string) {
 			[]string{"--from", harness.ClientIP, "--in", "eth0"}, []string{"pod1", "pod2", "pod3"}, "", "masqueraded"},
 		{"Service by name (UDP port) from the client", client, "udp", harness.HostPort(web.Spec.ClusterIP, harness.ServiceUDPPort),
 			[]string{b.NS + "/web:udp", "--from", harness.ClientIP, "--in", "eth0"}, []string{"pod1", "pod2", "pod3"}, "", "DNAT"},
+		{"ClusterIP from a pod (not masqueraded)", b.Topo.Pods[0].NS, "tcp", harness.HostPort(web.Spec.ClusterIP, harness.ServiceTCPPort),
+			[]string{"--from", harness.PodIP(1), "--in", b.Topo.Pods[0].NodeLink}, []string{"pod1", "pod2", "pod3"}, "", "source address kept"},
+		{"internalTrafficPolicy Local from a pod", b.Topo.Pods[0].NS, "tcp", harness.HostPort(itp.Spec.ClusterIP, harness.ServiceTCPPort),
+			[]string{"--from", harness.PodIP(1), "--in", b.Topo.Pods[0].NodeLink}, []string{"pod2"}, "", "DNAT"},
 		{"externalIP", client, "tcp", harness.HostPort("192.0.2.88", harness.ServiceTCPPort),
 			[]string{"--from", harness.ClientIP, "--in", "eth0"}, []string{"pod2"}, "", "DNAT"},
 		{"no endpoints", client, "tcp", harness.HostPort(empty.Spec.ClusterIP, harness.ServiceTCPPort),
@@ -286,6 +296,29 @@ func traceCases(t *testing.T, mode string) {
 			}
 			if tr.API != nil && len(tr.API.Disagrees) > 0 && c.wantFail == "" {
 				t.Errorf("the API view disagrees: %v", tr.API.Disagrees)
+			}
+		})
+	}
+	if mode != "userspace" { // there the daemon's proxy keeps the affinity, out of the rules' sight
+		t.Run("session affinity: a client that was sent somewhere goes there again", func(t *testing.T) {
+			addr := harness.HostPort(sticky.Spec.ClusterIP, harness.ServiceTCPPort)
+			counts := harness.CountHits(harness.HitForTest(t, client, "tcp", addr, 5, harness.HitOptions{Concurrency: 1}))
+			if len(counts) != 1 {
+				t.Fatalf("affinity: %s, want one pod", harness.FormatHits(counts))
+			}
+			var pod string
+			for p := range counts {
+				pod = p
+			}
+			tr, code := b.trace(t, "--to", addr, "--from", harness.ClientIP, "--in", "eth0")
+			pods, _, _, reasons := tr.pods()
+			if code != 0 || !slices.Equal(pods, []string{pod}) || !strings.Contains(strings.Join(reasons, ""), "session affinity binds this client") {
+				t.Errorf("trace of a client bound to %s: exit %d, pods %v, reasons %q", pod, code, pods, reasons)
+			}
+			// Another client is not bound.
+			tr, _ = b.trace(t, "--to", addr, "--from", "10.250.0.99", "--in", "eth0")
+			if pods, _, _, _ := tr.pods(); len(pods) != 3 {
+				t.Errorf("trace of a new client: pods %v, want all three", pods)
 			}
 		})
 	}

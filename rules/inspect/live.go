@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -245,6 +247,28 @@ func (l *Live) localAddrsFor(in string) []netip.Addr {
 	for _, a := range l.Addrs {
 		if !slices.Contains(out, a) {
 			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// recentDir holds the kernel's "-m recent" lists (mode iptables' session affinity), one file per list.
+var recentDir = "/proc/net/xt_recent"
+
+// recentLists names the "-m recent" lists that hold src: the Services' endpoints this client has session
+// affinity with. The lists' timeouts are the rules' (--seconds); an entry past them no longer matches,
+// which this does not check.
+func recentLists(src netip.Addr) []string {
+	entries, err := os.ReadDir(recentDir)
+	if err != nil {
+		return nil
+	}
+	want := "src=" + src.String() + " "
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(recentDir, e.Name()))
+		if err == nil && strings.Contains(string(b), want) {
+			out = append(out, e.Name())
 		}
 	}
 	return out

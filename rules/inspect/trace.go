@@ -90,7 +90,7 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 	var walks []Walk
 	for _, x := range l.XTablesFor(pkt.Family()) {
 		res, err := x.Tables.Trace(iptrace.Packet{Src: pkt.Src, Dst: pkt.Dst, Protocol: pkt.Protocol, DPort: pkt.Port,
-			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.localAddrsFor(pkt.In)})
+			InIface: pkt.In, Local: pkt.Local, LocalAddrs: l.localAddrsFor(pkt.In), Recent: recentLists(pkt.Src)})
 		if err != nil {
 			return nil, fmt.Errorf("tracing through the %s %s iptables rules: %w", x.Backend, x.Family, err)
 		}
@@ -206,7 +206,9 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		} else {
 			b.WriteString(", source address kept")
 		}
-		if len(o.Remembered) > 0 {
+		if sticky(o.Rules) {
+			b.WriteString(", where session affinity binds this client (it was sent there before)")
+		} else if len(o.Remembered) > 0 {
 			b.WriteString(", client remembered for session affinity")
 		}
 		return b.String()
@@ -251,6 +253,17 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		why += fmt.Sprintf(" (rule comment: %q)", c)
 	}
 	return why
+}
+
+// sticky reports whether the walk followed a client's session affinity: a recent list (iptables) or an
+// affinity set (nftables) that already held the source.
+func sticky(rules []string) bool {
+	for _, r := range rules {
+		if strings.Contains(r, "--rcheck") || strings.Contains(r, "saddr @affinity-") {
+			return true
+		}
+	}
+	return false
 }
 
 // redirected reports whether an outcome ends in a REDIRECT to the node itself.
