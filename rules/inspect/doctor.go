@@ -119,28 +119,40 @@ func orNone(s string) string {
 	return s
 }
 
-// checkForeign: other programs' rules ahead of the jumps into kube-proxy's chains.
+// checkForeign: other programs' rules ahead of the jumps into kube-proxy's chains, and other nftables
+// tables on the hooks mode nftables uses.
 func checkForeign(live *Live) []Finding {
 	var out []Finding
 	for _, x := range live.XTables {
 		for _, f := range x.Foreign {
-			if !f.AheadOfUs || f.Table != "nat" {
+			if !f.AheadOfUs {
 				continue
 			}
 			words, _ := splitWords(f.Rule)
 			t := targetOf(words)
-			status := "warning"
-			if t == "DNAT" || t == "REDIRECT" || t == "ACCEPT" || t == "DROP" || t == "REJECT" || t == "RETURN" {
-				status = "problem"
+			status, why := "warning", "a packet it matches may be changed or stopped before the Service rules see it"
+			switch {
+			case f.Table == "nat" && (t == "DNAT" || t == "REDIRECT" || t == "ACCEPT" || t == "RETURN"):
+				status, why = "problem", "a packet it matches never reaches the Service rules: its NAT verdict is taken first"
+			case t == "DROP" || t == "REJECT":
+				status, why = "problem", "a packet it matches is dropped before kube-proxy's rules accept it"
+			case f.Table == "filter" && t == "ACCEPT":
+				why = "a packet it matches skips kube-proxy's filter rules (source ranges, no-endpoint rejects)"
 			}
 			out = append(out, Finding{Check: "rules ahead of kube-proxy", Status: status,
 				What: fmt.Sprintf("%s %s: rule %d of %s/%s comes before kube-proxy's jump: %s", x.Backend, x.Family, f.Position, f.Table, f.Chain, f.Rule),
-				Why:  "a packet it matches never reaches the Service rules (a DNAT, ACCEPT or RETURN ends the chain for it)",
+				Why:  why,
 				Fix:  fmt.Sprintf("check which program adds it; remove it with `iptables%s -t %s -D %s %d` if it is stale", backendSuffix(x), f.Table, f.Chain, f.Position)})
 		}
 	}
 	if len(out) == 0 {
-		out = append(out, ok("rules ahead of kube-proxy", "no other program's NAT rule comes before kube-proxy's jumps"))
+		out = append(out, ok("rules ahead of kube-proxy", "no other program's rule comes before kube-proxy's jumps"))
+	}
+	if len(live.NFTFamilies) > 0 && len(live.OtherNFTTables) > 0 {
+		out = append(out, Finding{Check: "other nftables tables", Status: "warning",
+			What: "other tables on this node: " + strings.Join(live.OtherNFTTables, ", "),
+			Why:  "their base chains run on the same hooks as the kube-proxy table's; one that drops or accepts first decides for the packet",
+			Fix:  "`nft list ruleset` to see their chains' hooks and priorities"})
 	}
 	return out
 }

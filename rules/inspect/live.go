@@ -34,6 +34,8 @@ type Live struct {
 	NFT         *nftrace.Tables
 	NFTText     map[v1.IPFamily]string
 	NFTFamilies []v1.IPFamily
+	// OtherNFTTables are the node's other nftables tables ("inet filter", ...), iptables-nft's excepted.
+	OtherNFTTables []string
 	// Problems are what could not be read (a missing tool, a refused command), in words.
 	Problems []string
 }
@@ -76,6 +78,7 @@ func ReadLive(ctx context.Context) (*Live, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		l.Problems = append(l.Problems, "no nft command found: nftables tables not read")
 	}
+	l.OtherNFTTables = otherNFTTables(ctx)
 	for _, family := range families {
 		text, err := listNFTTable(ctx, family)
 		if err != nil {
@@ -205,6 +208,31 @@ func listNFTTable(ctx context.Context, family v1.IPFamily) (string, error) {
 		return "", fmt.Errorf("nft list table %s %s: %v: %s", nftFamily, nftables.TableName, err, strings.TrimSpace(msg))
 	}
 	return stdout.String(), nil
+}
+
+// otherNFTTables lists `nft list tables` but for kube-proxy's and the tables iptables-nft keeps (nat,
+// filter, mangle, raw, security of families ip and ip6).
+func otherNFTTables(ctx context.Context) []string {
+	if _, err := exec.LookPath("nft"); err != nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "nft", "list", "tables").Output()
+	if err != nil {
+		return nil
+	}
+	xt := map[string]bool{"nat": true, "filter": true, "mangle": true, "raw": true, "security": true}
+	var tables []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "table" {
+			continue
+		}
+		if f[2] == nftables.TableName && (f[1] == "ip" || f[1] == "ip6") || xt[f[2]] && (f[1] == "ip" || f[1] == "ip6") {
+			continue
+		}
+		tables = append(tables, f[1]+" "+f[2])
+	}
+	return tables
 }
 
 // nodeAddrs lists the addresses of every interface, sorted, and each interface's in the kernel's order.

@@ -143,3 +143,29 @@ func TestTraceModeIPVS(t *testing.T) {
 		t.Errorf("to a virtual server without real servers: %+v", w)
 	}
 }
+
+func TestCheckForeignJudgesWhatARuleAheadDoes(t *testing.T) {
+	x := &XTables{Backend: xtables.BackendNFT, Family: v1.IPv4Protocol, Foreign: []ForeignRule{
+		{Table: "nat", Chain: "PREROUTING", Position: 1, AheadOfUs: true, Rule: "-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80"},
+		{Table: "filter", Chain: "FORWARD", Position: 1, AheadOfUs: true, Rule: "-A FORWARD -j DOCKER-USER"},
+		{Table: "filter", Chain: "FORWARD", Position: 2, AheadOfUs: true, Rule: "-A FORWARD -d 10.0.0.0/8 -j DROP"},
+		{Table: "filter", Chain: "INPUT", Position: 3, AheadOfUs: false, Rule: "-A INPUT -j DROP"},
+	}}
+	got := map[string]string{}
+	for _, f := range checkForeign(&Live{XTables: []*XTables{x}}) {
+		got[f.What[strings.Index(f.What, "rule "):]] = f.Status
+	}
+	want := map[string]string{
+		"rule 1 of nat/PREROUTING comes before kube-proxy's jump: -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.9.9:80": "problem",
+		"rule 1 of filter/FORWARD comes before kube-proxy's jump: -A FORWARD -j DOCKER-USER":                                                   "warning",
+		"rule 2 of filter/FORWARD comes before kube-proxy's jump: -A FORWARD -d 10.0.0.0/8 -j DROP":                                            "problem",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("findings %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+}
