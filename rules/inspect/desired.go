@@ -54,6 +54,8 @@ func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, 
 				return nil, fmt.Errorf("loading the rendered %s table: %w", snap.Family, err)
 			}
 			d.NFTText[snap.Family] = text
+		case config.ModeUserspace:
+			return nil, fmt.Errorf("diff cannot render mode userspace: its rules name the listener ports the running daemon chose; `kube-proxy trace` checks them")
 		default:
 			return nil, fmt.Errorf("diff does not render mode %s yet (it renders iptables and nftables)", d.Mode)
 		}
