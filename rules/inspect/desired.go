@@ -119,7 +119,3 @@ func apiState(ctx context.Context, env *Env) (*proxy.APIState, error) {
 	}
 	return proxy.ListAPIState(ctx, client, env.Config, env.NodeName, proxy.Families(env.Config))
 }
-
-type iptraceTables = iptrace.Tables
-
-func newIPTraceTables(f v1.IPFamily) *iptrace.Tables { return iptrace.New(f == v1.IPv6Protocol) }
