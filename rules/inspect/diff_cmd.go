@@ -123,4 +123,3 @@ const driftFix = "restart kube-proxy (`systemctl restart kube-proxy`): its first
 	"A foreign rule is another program's: find which one adds it."
 
 func (e *Env) primaryFamily() v1.IPFamily { return proxy.Families(e.Config)[0] }
-
