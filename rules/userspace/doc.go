@@ -9,8 +9,8 @@
 // destination (cluster IP, external IP, load-balancer IP, or a node address for NodePorts), protocol and
 // port, and REDIRECTs to the listener's port. (filter): KUBE-PORTALS-FILTER, from INPUT, FORWARD and
 // OUTPUT for new connections, rejects traffic to a Service port without endpoints and drops what
-// loadBalancerSourceRanges keep out, as the other modes do. Redirected packets no longer carry the Service
-// address, so they pass it.
+// loadBalancerSourceRanges keep out, as the other modes do. Redirected connections (conntrack state DNAT)
+// return from it at once.
 //
 // Endpoints are those chosen in proxy/ (ready and serving-terminating fallback, traffic policies,
 // topology): a Service port gets a listener per selection it uses, "cluster" or "local". Traffic under

@@ -147,6 +147,11 @@ func Render(cfg Config, snap *proxy.Snapshot, port func(engine.Key) uint16) []by
 	}
 	b.WriteString("COMMIT\n*filter\n")
 	fmt.Fprintf(&b, ":%s - [0:0]\n", ChainFilter)
+	if r.filter.Len() > 0 {
+		// Connections redirected to a listener are not the filter's business: its NodePort rules match
+		// any local address by port, and a listener's port may be one of them.
+		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT -j RETURN\n", ChainFilter)
+	}
 	b.Write(r.filter.Bytes())
 	b.WriteString("COMMIT\n")
 	return b.Bytes()

@@ -90,6 +90,7 @@ func TestRenderClusterIPNodePortAndNoEndpoints(t *testing.T) {
 		`-A KUBE-PORTALS-CONTAINER -d 10.96.0.10/32 -p tcp --dport 80 -m comment --comment "ns/web:http" -j REDIRECT --to-ports 30001`,
 		`-A KUBE-PORTALS-HOST -d 10.96.0.53/32 -p udp --dport 53 -m comment --comment "ns/dns:dns" -j REDIRECT --to-ports 30000`,
 		`-A KUBE-PORTALS-HOST -d 10.96.0.10/32 -p tcp --dport 80 -m comment --comment "ns/web:http" -j REDIRECT --to-ports 30001`,
+		`-A KUBE-PORTALS-FILTER -m conntrack --ctstate DNAT -j RETURN`,
 		`-A KUBE-PORTALS-FILTER -d 10.96.0.99/32 -p tcp --dport 81 -m comment --comment "ns/empty" -j REJECT`,
 	}
 	if diff := cmp.Diff(want, rulesOf(payload)); diff != "" {
@@ -134,6 +135,7 @@ func TestRenderExternalLocalSourceRangesAndNodePortAddresses(t *testing.T) {
 		`-A KUBE-PORTALS-HOST -d 10.96.0.20/32 -p tcp --dport 80 ` + c + ` -j REDIRECT --to-ports 30000`,
 		`-A KUBE-PORTALS-HOST -d 203.0.113.5/32 -p tcp --dport 80 ` + c + ` -j REDIRECT --to-ports 30000`,
 		`-A KUBE-PORTALS-HOST -s 198.51.100.0/24 -d 198.51.100.7/32 -p tcp --dport 80 ` + c + ` -j REDIRECT --to-ports 30000`,
+		`-A KUBE-PORTALS-FILTER -m conntrack --ctstate DNAT -j RETURN`,
 		`-A KUBE-PORTALS-FILTER -d 198.51.100.7/32 -p tcp --dport 80 ` + c + ` -j DROP`,
 	}
 	if diff := cmp.Diff(want, rulesOf(payload)); diff != "" {
