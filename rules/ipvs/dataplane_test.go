@@ -98,8 +98,9 @@ func rulesDump(t *testing.T, d *Dataplane, k *fakeKernel, snap *proxy.Snapshot) 
 	if err := f.restore(context.Background(), payload); err != nil {
 		t.Fatalf("restoring the rendered rules: %v", err)
 	}
+	// The jumps, prepended one by one as iptables -I would.
 	for _, j := range jumpRules {
-		if err := f.ensureJump(j); err != nil {
+		if _, err := f.ts.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -527,5 +528,37 @@ func TestWatchSyncsWhenTheNodesAddressesChange(t *testing.T) {
 	case <-syncs:
 	case <-time.After(5 * time.Second):
 		t.Fatal("after a failed subscription, a change made meanwhile asked for no sync")
+	}
+}
+
+// TestJumpsPutBack: a full sync puts back the jumps someone removed, at the top of their chains as
+// prepending them one by one would, without duplicating those still there, also when the tables cannot be
+// read before the restore.
+func TestJumpsPutBack(t *testing.T) {
+	cfg := testConfig(v4)
+	k := newFakeKernel(t, "192.168.0.10")
+	k.rules[v4].failSaves = 1 // as on a node whose nat table does not exist yet
+	d := newTestDataplane(t, k, cfg, nil)
+	s := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080"))
+	apply(t, d, s, true)
+	if got, want := k.rules[v4].dump(), rulesDump(t, d, k, s); got != want {
+		t.Fatalf("after the first sync (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	removed := []jumpRule{jumpRules[0], jumpRules[4]}
+	for _, j := range removed {
+		if _, err := k.rules[v4].ts.Run(append([]string{"-t", j.table, "-D", j.chain}, j.spec()...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What prepending the missing ones one by one (iptables -C, then -I 1) makes of it.
+	want := k.rules[v4].ts.Clone()
+	for _, j := range removed {
+		if _, err := want.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(t, d, s, true)
+	if got := k.rules[v4].dump(); got != want.SaveAll() {
+		t.Errorf("jumps not put back as prepending them would (-want +got):\n%s", cmp.Diff(want.SaveAll(), got))
 	}
 }

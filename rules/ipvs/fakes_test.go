@@ -378,6 +378,8 @@ type fakeRules struct {
 	ts     *iptrace.Tables
 	sets   *fakeSets
 	fail   error
+	// failSaves, when positive, makes that many saves fail.
+	failSaves int
 }
 
 func newFakeRules(family v1.IPFamily, sets *fakeSets) *fakeRules {
@@ -411,15 +413,15 @@ func (f *fakeRules) restore(_ context.Context, payload []byte) error {
 	return f.ts.Restore(payload, iptrace.RestoreOptions{NoFlush: true})
 }
 
-func (f *fakeRules) ensureJump(j jumpRule) error {
-	if err := f.syncSets(); err != nil {
-		return err
+func (f *fakeRules) save(_ context.Context, table string) (string, error) {
+	if f.fail != nil {
+		return "", f.fail
 	}
-	if _, err := f.ts.Run(append([]string{"-t", j.table, "-C", j.chain}, j.spec()...)...); err == nil {
-		return nil
+	if f.failSaves > 0 {
+		f.failSaves--
+		return "", fmt.Errorf("iptables-save -t %s: table does not exist", table)
 	}
-	_, err := f.ts.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...)
-	return err
+	return f.ts.Save(table), nil
 }
 
 // dump writes the tables as iptables-save does.

@@ -179,6 +179,40 @@ func renderRules(cfg *Config, in *ruleInputs) []byte {
 	return out.Bytes()
 }
 
+// withJumps returns payload with the jump rules inserted at the top of their built-in chains, each table's
+// in order before its COMMIT (so the last one ends up first, as when they are prepended one by one).
+func withJumps(payload []byte, js []jumpRule) []byte {
+	if len(js) == 0 {
+		return payload
+	}
+	var out bytes.Buffer
+	table := ""
+	for _, line := range strings.SplitAfter(string(payload), "\n") {
+		if strings.HasPrefix(line, "*") {
+			table = strings.TrimSpace(line[1:])
+		}
+		if strings.TrimSpace(line) == "COMMIT" {
+			for _, j := range js {
+				if j.table == table {
+					out.WriteString("-I " + j.chain + " 1 -m comment --comment " + strconv.Quote(j.comment) + " -j " + j.target + "\n")
+				}
+			}
+		}
+		out.WriteString(line)
+	}
+	return out.Bytes()
+}
+
+// hasJump reports whether iptables-save output holds a jump rule.
+func hasJump(save string, j jumpRule) bool {
+	for _, l := range strings.Split(save, "\n") {
+		if strings.HasPrefix(l, "-A "+j.chain+" ") && strings.HasSuffix(l, "-j "+j.target) && strings.Contains(l, j.comment) {
+			return true
+		}
+	}
+	return false
+}
+
 type rulesBuf struct{ b bytes.Buffer }
 
 func (r *rulesBuf) rule(chain string, args ...string) {

@@ -84,8 +84,8 @@ type linkHandle interface {
 type rulesHandle interface {
 	// restore feeds payload to iptables-restore --noflush.
 	restore(ctx context.Context, payload []byte) error
-	// ensureJump prepends a jump rule to a built-in chain unless it is there.
-	ensureJump(j jumpRule) error
+	// save returns a table as iptables-save prints it.
+	save(ctx context.Context, table string) (string, error)
 }
 
 // cleaner removes stale conntrack entries after a sync (rules/conntrack).

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -435,9 +436,12 @@ func (k *kernelRules) restore(ctx context.Context, payload []byte) error {
 	return k.r.Restore(ctx, payload)
 }
 
-func (k *kernelRules) ensureJump(j jumpRule) error {
-	_, err := k.r.EnsureRule(true, j.table, j.chain, j.spec()...)
-	return err
+func (k *kernelRules) save(ctx context.Context, table string) (string, error) {
+	var buf bytes.Buffer
+	if err := k.r.Save(ctx, table, &buf); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
 }
 
 // kernelVersion returns the running kernel's major and minor version.

@@ -257,13 +257,3 @@ func cleanupRules(ctx context.Context, k *kernelRules, r *xtables.Runner) []erro
 	}
 	return errs
 }
-
-// hasJump reports whether iptables-save output holds a jump rule.
-func hasJump(save string, j jumpRule) bool {
-	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, "-A "+j.chain+" ") && strings.HasSuffix(l, "-j "+j.target) && strings.Contains(l, j.comment) {
-			return true
-		}
-	}
-	return false
-}

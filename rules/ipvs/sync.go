@@ -374,13 +374,44 @@ func (d *Dataplane) addReals(k vsKey, want *virtualServer, have *modelVS) []erro
 	return errs
 }
 
-// syncRules restores the iptables rules when they changed, or always when force is set, and then (when
-// forced) ensures the jumps into them.
+// syncRules restores the iptables rules when they changed, or always when force is set. Forced, it also
+// puts back the jumps into our chains that are missing: it reads the nat and filter tables once each and
+// inserts the missing jumps in the same iptables-restore, which in TCG saves about a second per full sync
+// over checking each jump with its own iptables command.
 func (d *Dataplane) syncRules(ctx context.Context, node *proxy.Node, force bool) error {
 	payload := renderRules(&d.cfg, &ruleInputs{nonEmpty: d.want.nonEmpty(), noNodeAccess: d.want.sortedNoNodeAccess(), node: node})
 	if !force && slices.Equal(payload, d.rules) {
 		return nil
 	}
+	write := payload
+	var missing []jumpRule
+	var saveErr error
+	if force {
+		if missing, saveErr = d.missingJumps(ctx); saveErr == nil {
+			write = withJumps(payload, missing)
+		}
+	}
+	if err := d.restore(ctx, write); err != nil {
+		return err
+	}
+	d.rules = payload
+	if saveErr != nil {
+		// A table that could not be read may not have existed: now that ours are written, look again and
+		// put back only the jumps.
+		klog.V(2).InfoS("Reading the tables before restoring failed; checking the jumps after", "ipFamily", d.family, "err", saveErr)
+		if missing, saveErr = d.missingJumps(ctx); saveErr != nil {
+			d.rules = nil
+			return saveErr
+		}
+		if len(missing) > 0 {
+			return d.restore(ctx, withJumps([]byte("*nat\nCOMMIT\n*filter\nCOMMIT\n"), missing))
+		}
+	}
+	return nil
+}
+
+// restore feeds a payload to iptables-restore, counting failures.
+func (d *Dataplane) restore(ctx context.Context, payload []byte) error {
 	klog.V(9).InfoS("Restoring iptables rules", "ipFamily", d.family, "payload", string(payload))
 	if err := d.k.rules.restore(ctx, payload); err != nil {
 		d.rules = nil
@@ -389,15 +420,24 @@ func (d *Dataplane) syncRules(ctx context.Context, node *proxy.Node, force bool)
 		}
 		return fmt.Errorf("restoring the IPVS-mode iptables rules: %w", err)
 	}
-	d.rules = payload
-	if !force {
-		return nil
-	}
-	var errs []error
+	return nil
+}
+
+// missingJumps reads the nat and filter tables and returns the jump rules that are not there.
+func (d *Dataplane) missingJumps(ctx context.Context) ([]jumpRule, error) {
+	saved := map[string]string{}
+	var missing []jumpRule
 	for _, j := range jumpRules {
-		if err := d.k.rules.ensureJump(j); err != nil {
-			errs = append(errs, fmt.Errorf("ensuring the jump from %s/%s to %s: %w", j.table, j.chain, j.target, err))
+		if _, ok := saved[j.table]; !ok {
+			s, err := d.k.rules.save(ctx, j.table)
+			if err != nil {
+				return nil, fmt.Errorf("reading the %s table: %w", j.table, err)
+			}
+			saved[j.table] = s
+		}
+		if !hasJump(saved[j.table], j) {
+			missing = append(missing, j)
 		}
 	}
-	return errors.Join(errs...)
+	return missing, nil
 }
