@@ -113,7 +113,7 @@ func TestIPVSSyncBenchmark(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	timeout := time.Duration(runs*len(impls))*(2*time.Minute+time.Duration(n)*60*time.Millisecond) + 10*time.Minute
+	timeout := time.Duration(runs*len(impls))*(5*time.Minute+time.Duration(n)*300*time.Millisecond) + 10*time.Minute
 	opts := ipvsvm.Options{
 		Agent:    agent,
 		Daemon:   ours,

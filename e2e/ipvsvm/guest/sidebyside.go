@@ -31,6 +31,7 @@ import (
 //   - cold-start: exec → every benchmark Service's virtual server has exactly its real servers
 //     (/proc/net/ip_vs read every 200 ms);
 //   - rss-mib: the process's VmRSS right after;
+//   - settled: exec → the process is idle (under 5% of a CPU for a second), its first sync done;
 //   - change: one Service's EndpointSlice changed by the host (asked for with "WAIT bench-change i gen")
 //     → that virtual server has exactly the new real servers (read over netlink every 5 ms); the median
 //     and the largest of the run, which include the console round trip to the host, the same for all;
@@ -123,7 +124,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("cold start: %w", err)
+		return fmt.Errorf("cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
 	}
 	report("BENCH", impl.Name+"/cold-start", secs(time.Since(t0)), tag)
 	rss, err := vmRSS(pid)
@@ -131,7 +132,12 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		return err
 	}
 	report("BENCH", impl.Name+"/rss-mib", fmt.Sprintf("%.1f", rss), tag+" after the cold start")
-	time.Sleep(3 * time.Second) // let the first syncs' aftermath settle
+	// The first sync may go on after the virtual servers are complete (upstream's does, for long): wait
+	// until the process is idle, so that the changes measure changes, not the end of the first sync.
+	if err := waitIdle(pid, 15*time.Minute); err != nil {
+		return fmt.Errorf("after the cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
+	}
+	report("BENCH", impl.Name+"/settled", secs(time.Since(t0)), tag+": exec -> idle after the first sync")
 
 	// One-Service changes.
 	c, err := ipvslib.New()
@@ -150,7 +156,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 			Family: ipvslib.INET, Netmask: netmask.MaskFrom(32, 32)}
 		t := time.Now()
 		report("WAIT", "bench-change", i, gens[i])
-		err := waitEvery(2*time.Minute, 5*time.Millisecond, func() error {
+		err := waitEvery(5*time.Minute, 5*time.Millisecond, func() error {
 			if proc.exited() {
 				return errStop{fmt.Errorf("exited: %s", proc.lastLines())}
 			}
@@ -171,7 +177,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("change %d (Service %d): %w", k+1, i, err)
+			return fmt.Errorf("change %d (Service %d): %w; the daemon's last lines: %s", k+1, i, err, proc.lastLines())
 		}
 		lat = append(lat, time.Since(t))
 		time.Sleep(200 * time.Millisecond)
@@ -197,6 +203,27 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	}
 	proc.stop()
 	return nil
+}
+
+// waitIdle waits until the process used less than 5% of a CPU over a whole second.
+func waitIdle(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	last, err := cpuTime(pid)
+	if err != nil {
+		return err
+	}
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		cur, err := cpuTime(pid)
+		if err != nil {
+			return err
+		}
+		if cur-last < 50*time.Millisecond {
+			return nil
+		}
+		last = cur
+	}
+	return fmt.Errorf("still busy after %v", limit)
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.3f", d.Seconds()) }
