@@ -49,8 +49,15 @@ type bed struct {
 // test's external and load-balancer addresses from the node and the client towards the node.
 func newBed(t *testing.T, pods int) *bed {
 	t.Helper()
-	b := &bed{t: t, Bed: harness.NewBed(t, harness.BedOptions{Pods: pods, Prefix: "usp",
-		Tools: []string{"iptables-nft", "iptables-nft-save", "iptables-legacy", "iptables-legacy-save"}})}
+	return newBedWith(t, harness.BedOptions{Pods: pods})
+}
+
+// newBedWith is newBed with more options (opts.Prefix and opts.Tools are set here).
+func newBedWith(t *testing.T, opts harness.BedOptions) *bed {
+	t.Helper()
+	opts.Prefix = "usp"
+	opts.Tools = []string{"iptables-nft", "iptables-nft-save", "iptables-legacy", "iptables-legacy-save"}
+	b := &bed{t: t, Bed: harness.NewBed(t, opts)}
 	ctx, cancel := b.Ctx()
 	defer cancel()
 	xt, err := harness.NewXTables(b.Topo.Node, harness.BackendNFT, t.TempDir())

@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +108,13 @@ func reset(c *net.TCPConn) {
 // handle connects c to an endpoint and copies until both directions are done.
 func (l *tcpListener) handle(client *net.TCPConn) {
 	defer l.e.release(v1.ProtocolTCP, &l.n)
+	defer func() {
+		// A bug must cost this connection, not every Service of the node.
+		if r := recover(); r != nil {
+			klog.ErrorS(fmt.Errorf("panic: %v", r), "Userspace proxy connection handler failed", "service", l.key.Name, "stack", string(debug.Stack()))
+			reset(client)
+		}
+	}()
 	up, ep, err := l.connect(client)
 	if err != nil {
 		l.e.metrics.failed.WithLabelValues("TCP").Inc()

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,7 +166,7 @@ func (l *udpListener) readClients() {
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		f := l.flow(from, oob[:oobn])
+		f := l.safeFlow(from, oob[:oobn])
 		if f == nil {
 			continue
 		}
@@ -183,6 +185,18 @@ func (l *udpListener) readClients() {
 		}
 		l.e.metrics.bytes.WithLabelValues("UDP", toEndpoint).Add(float64(n))
 	}
+}
+
+// safeFlow is flow, with a panic logged and the datagram dropped: a bug must cost one datagram, not the
+// listener (or the daemon).
+func (l *udpListener) safeFlow(client netip.AddrPort, oob []byte) (f *udpFlow) {
+	defer func() {
+		if r := recover(); r != nil {
+			klog.ErrorS(fmt.Errorf("panic: %v", r), "Userspace proxy UDP flow failed", "service", l.key.Name, "stack", string(debug.Stack()))
+			f = nil
+		}
+	}()
+	return l.flow(client, oob)
 }
 
 // flow returns the client's flow, making one (nil when no endpoint can be reached or a limit is reached).
@@ -240,11 +254,14 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 
 // dialUDP returns a non-blocking UDP socket connected to ep.
 func dialUDP(ep netip.AddrPort) (int, error) {
-	domain := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: int(ep.Port()), Addr: ep.Addr().As4()}
-	if ep.Addr().Is6() {
-		domain = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Port: int(ep.Port()), Addr: ep.Addr().As16()}
+	var (
+		domain int
+		sa     unix.Sockaddr
+	)
+	if a := ep.Addr().Unmap(); a.Is4() {
+		domain, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(ep.Port()), Addr: a.As4()}
+	} else {
+		domain, sa = unix.AF_INET6, &unix.SockaddrInet6{Port: int(ep.Port()), Addr: a.As16()}
 	}
 	fd, err := unix.Socket(domain, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

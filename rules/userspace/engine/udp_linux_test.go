@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 )
@@ -151,5 +152,38 @@ func TestUDPManyIdleFlowsNoGoroutines(t *testing.T) {
 	}
 	if after := goroutines(); after > before+5 {
 		t.Errorf("goroutines %d -> %d with 200 idle flows; want no goroutine per flow", before, after)
+	}
+}
+
+func TestUDPIPv6(t *testing.T) {
+	c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer c.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteToUDPAddrPort([]byte("six "+from.String()+" "+string(buf[:n])), from)
+		}
+	}()
+	m := NewMetrics(prometheus.NewRegistry())
+	e := New(v1.IPv6Protocol, netip.IPv6Loopback(), Options{}, m)
+	defer e.Close()
+	p, err := e.Ensure(udpKey, Target{Endpoints: []netip.AddrPort{c.LocalAddr().(*net.UDPAddr).AddrPort()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if got := exchange(t, client, netip.AddrPortFrom(netip.IPv6Loopback(), p), "q"); got[0] != "six" {
+		t.Fatalf("answer %v", got)
 	}
 }
