@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -42,6 +43,9 @@ type Dataplane struct {
 	needFull bool
 	// udpPorts are the UDP listener ports the last successful sync pointed rules at.
 	udpPorts map[engine.Key]uint16
+	// written is the payload of the last successful write: a partial sync whose payload is the same (an
+	// endpoint change, which only the engine sees) writes nothing.
+	written []byte
 }
 
 var (
@@ -97,8 +101,13 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	if klog.V(9).Enabled() {
 		klog.V(9).InfoS("iptables-restore payload", "ipFamily", d.family, "payload", string(payload))
 	}
-	if err := d.kernel.Restore(ctx, payload); err != nil {
-		return fmt.Errorf("writing %s userspace capture rules: %w", d.family, err)
+	wrote := full || !bytes.Equal(payload, d.written)
+	if wrote {
+		d.written = nil // unknown until this write succeeds
+		if err := d.kernel.Restore(ctx, payload); err != nil {
+			return fmt.Errorf("writing %s userspace capture rules: %w", d.family, err)
+		}
+		d.written = payload
 	}
 	for _, k := range d.engine.Keys() {
 		if _, ok := ports[k]; !ok {
@@ -111,7 +120,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		d.needFull = false
 	}
 	d.mu.Unlock()
-	klog.V(2).InfoS("Userspace proxy synced", "ipFamily", d.family, "listeners", len(ports), "full", full, "elapsed", time.Since(start))
+	klog.V(2).InfoS("Userspace proxy synced", "ipFamily", d.family, "listeners", len(ports), "full", full, "rulesWritten", wrote, "elapsed", time.Since(start))
 	if len(errs) > 0 {
 		klog.ErrorS(fmt.Errorf("%v", errs), "Some Service ports could not get a listener; they are rejected", "ipFamily", d.family)
 	}
