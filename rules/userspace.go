@@ -45,7 +45,7 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 		}
 		e := engine.New(family, netip.Addr{}, opts, metrics)
 		klog.InfoS("Userspace proxy engine", "ipFamily", family, "udpIdleTimeout", e.Options().UDPIdleTimeout,
-			"tcpIdleTimeout", e.Options().IdleTimeout, "maxConnections", e.Options().MaxConnsTotal)
+			"tcpIdleTimeout", e.Options().IdleTimeout, "maxConnections", e.Options().MaxConnsTotal, "maxConnectionsPerServicePort", e.Options().MaxConnsPerListener)
 		dp := userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family})
 		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
 	}

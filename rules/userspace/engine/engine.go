@@ -21,8 +21,9 @@ type Options struct {
 	IdleTimeout time.Duration
 	// UDPIdleTimeout closes a UDP flow without packets in either direction this long (default 250 ms).
 	UDPIdleTimeout time.Duration
-	// MaxConnsPerListener caps concurrent TCP connections and UDP flows of one listener (default 0: no cap
-	// but the total).
+	// MaxConnsPerListener caps concurrent TCP connections and UDP flows of one listener, so that one
+	// Service port cannot take every descriptor from the others (default: half of MaxConnsTotal; negative:
+	// no cap but the total).
 	MaxConnsPerListener int
 	// MaxConnsTotal caps concurrent TCP connections and UDP flows of the engine; each costs two file
 	// descriptors. Default: what RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else,
@@ -44,6 +45,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxConnsTotal <= 0 {
 		o.MaxConnsTotal = defaultMaxConns()
+	}
+	if o.MaxConnsPerListener == 0 {
+		o.MaxConnsPerListener = max(o.MaxConnsTotal/2, 1)
 	}
 	return o
 }

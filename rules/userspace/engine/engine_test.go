@@ -450,3 +450,16 @@ func TestEnsureAtAGivenPort(t *testing.T) {
 		t.Error("EnsureAt on a port in use succeeded")
 	}
 }
+
+func TestDefaultLimits(t *testing.T) {
+	o := Options{MaxConnsTotal: 1000}.withDefaults()
+	if o.MaxConnsPerListener != 500 {
+		t.Errorf("default per-listener cap %d, want half the total (500)", o.MaxConnsPerListener)
+	}
+	if o := (Options{MaxConnsTotal: 1000, MaxConnsPerListener: -1}).withDefaults(); o.MaxConnsPerListener != -1 {
+		t.Errorf("a negative per-listener cap became %d", o.MaxConnsPerListener)
+	}
+	if o := (Options{}).withDefaults(); o.MaxConnsTotal < 64 || o.UDPIdleTimeout != 250*time.Millisecond || o.ConnectTimeout != 2*time.Second {
+		t.Errorf("defaults %+v", o)
+	}
+}
