@@ -131,3 +131,36 @@ func TestHasLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalhostProxyIPv6 serves a TCP NodePort on [::1].
+func TestLocalhostProxyIPv6(t *testing.T) {
+	backend, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer backend.Close()
+	go func() {
+		for {
+			c, err := backend.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(c, "six\n")
+			c.Close()
+		}
+	}()
+	free, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodePort := int32(free.Addr().(*net.TCPAddr).Port)
+	free.Close()
+	p := newLocalhostProxy(v1.IPv6Protocol, engine.NewMetrics(prometheus.NewRegistry()))
+	defer p.e.Close()
+	web := pt.Port("ns/web", "", v1.ProtocolTCP, "fd00:96::10", 80, pt.NodePort(nodePort),
+		pt.Endpoints(backend.Addr().(*net.TCPAddr).AddrPort().String()))
+	p.sync(pt.Snapshot(v1.IPv6Protocol, proxy.Node{Name: pt.NodeName}, web), true)
+	if got := answer(t, netip.AddrPortFrom(netip.IPv6Loopback(), uint16(nodePort)).String()); got != "six" {
+		t.Fatalf("[::1]:%d answered %q", nodePort, got)
+	}
+}
