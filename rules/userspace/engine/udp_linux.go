@@ -42,6 +42,22 @@ type udpFlow struct {
 	ep     netip.AddrPort
 	fd     int
 	last   atomic.Int64 // unix nanoseconds of the last packet either way
+
+	// io guards reads and writes of fd against its close: once closed, the number may be another flow's
+	// socket, which must never see this flow's datagrams.
+	io     sync.Mutex
+	closed bool
+}
+
+// write sends a datagram upstream; false once the flow is closed.
+func (f *udpFlow) write(b []byte) error {
+	f.io.Lock()
+	defer f.io.Unlock()
+	if f.closed {
+		return net.ErrClosed
+	}
+	_, err := unix.Write(f.fd, b)
+	return err
 }
 
 func (e *Engine) listenUDP(key Key, t Target, port uint16) (listener, error) {
@@ -146,8 +162,11 @@ func (l *udpListener) dropLocked(f *udpFlow) {
 	}
 	delete(l.flows, f.client)
 	delete(l.byFD, int32(f.fd))
+	f.io.Lock()
+	f.closed = true
 	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd, nil)
 	_ = unix.Close(f.fd)
+	f.io.Unlock()
 	l.e.release(v1.ProtocolUDP, &l.n)
 }
 
@@ -171,7 +190,7 @@ func (l *udpListener) readClients() {
 			continue
 		}
 		f.last.Store(time.Now().UnixNano())
-		if _, err := unix.Write(f.fd, buf[:n]); err != nil {
+		if err := f.write(buf[:n]); err != nil {
 			if errors.Is(err, unix.ECONNREFUSED) {
 				// An earlier datagram drew an ICMP port unreachable: this one is lost too, and the next
 				// packet of the client starts over with another endpoint.
@@ -312,6 +331,11 @@ func (l *udpListener) readUpstreams() {
 // drain reads every datagram waiting on f's socket and sends it to the client.
 func (l *udpListener) drain(f *udpFlow, buf []byte) {
 	oob := pktinfoSrc(f.local)
+	f.io.Lock()
+	defer f.io.Unlock()
+	if f.closed {
+		return
+	}
 	for {
 		n, err := unix.Read(f.fd, buf)
 		if err != nil {
