@@ -14,8 +14,8 @@
 // UDP: one upstream socket per client address, kept while packets flow and closed once idle for the UDP
 // idle timeout. Replies leave from the listener socket with the address the client's packet was delivered
 // to as their source, so that conntrack turns them back into replies from the Service address. The
-// upstream sockets are watched by one epoll goroutine per listener: an idle flow costs a socket and a map
-// entry, never a goroutine.
+// upstream sockets of every flow are watched by one epoll goroutine per engine: an idle flow costs a socket
+// and a map entry, and a UDP listener its socket and its reader goroutine.
 //
 // Endpoints replaced: new connections go only to the new set; established ones keep running until they end
 // (counted as draining). Limits on concurrent connections per listener and in total protect the node (its

@@ -81,6 +81,8 @@ type Engine struct {
 
 	mu        sync.Mutex
 	listeners map[Key]listener
+	// poller watches every UDP flow's upstream socket (made with the first UDP listener).
+	poller *udpPoller
 	// lastLimitLog rate-limits the log line for a reached limit, per listener key (and "" for the total).
 	lastLimitLog map[string]time.Time
 }
@@ -207,6 +209,13 @@ func (e *Engine) Remove(key Key) {
 func (e *Engine) Close() {
 	for _, k := range e.Keys() {
 		e.Remove(k)
+	}
+	e.mu.Lock()
+	p := e.poller
+	e.poller = nil
+	e.mu.Unlock()
+	if p != nil {
+		p.close()
 	}
 }
 

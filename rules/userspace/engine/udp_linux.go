@@ -16,27 +16,27 @@ import (
 )
 
 // udpListener receives datagrams on one port and forwards them, one upstream socket per client address.
-// Two goroutines serve it whatever the number of flows: the reader of the listener socket, and the epoll
-// loop that reads the upstream sockets and expires idle flows.
+// One goroutine reads the listener socket; the upstream sockets of every flow of the engine are watched
+// by the engine's udpPoller, so that neither a flow nor a listener costs a goroutine of its own there.
 type udpListener struct {
 	e    *Engine
+	p    *udpPoller
 	key  Key
 	conn *net.UDPConn
 	v6   bool
 	bal  balancer
 	n    atomic.Int64
 
-	epfd, wakefd int
-	closed       atomic.Bool
-	done         sync.WaitGroup
+	closed atomic.Bool
+	done   sync.WaitGroup
 
 	mu    sync.Mutex
 	flows map[netip.AddrPort]*udpFlow // by client address
-	byFD  map[int32]*udpFlow
 }
 
 // udpFlow is one client address's upstream socket.
 type udpFlow struct {
+	l      *udpListener
 	client netip.AddrPort
 	local  netip.Addr // where the client's packets were delivered: the replies' source
 	ep     netip.AddrPort
@@ -61,6 +61,13 @@ func (f *udpFlow) write(b []byte) error {
 }
 
 func (e *Engine) listenUDP(key Key, t Target, port uint16) (listener, error) {
+	if e.poller == nil {
+		p, err := newUDPPoller(e.opts.UDPIdleTimeout)
+		if err != nil {
+			return nil, err
+		}
+		e.poller = p
+	}
 	network, v6 := "udp4", e.family == v1.IPv6Protocol
 	if v6 {
 		network = "udp6"
@@ -69,20 +76,19 @@ func (e *Engine) listenUDP(key Key, t Target, port uint16) (listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &udpListener{e: e, key: key, conn: conn, v6: v6, flows: map[netip.AddrPort]*udpFlow{}, byFD: map[int32]*udpFlow{}, epfd: -1, wakefd: -1}
+	l := &udpListener{e: e, p: e.poller, key: key, conn: conn, v6: v6, flows: map[netip.AddrPort]*udpFlow{}}
 	if err := l.setup(); err != nil {
-		l.closeFDs()
 		_ = conn.Close()
 		return nil, err
 	}
 	l.bal.set(t)
-	l.done.Add(2)
+	l.p.register(l)
+	l.done.Add(1)
 	go l.readClients()
-	go l.readUpstreams()
 	return l, nil
 }
 
-// setup asks for the packets' destination addresses and makes the epoll set with its wake-up eventfd.
+// setup asks for the packets' destination addresses.
 func (l *udpListener) setup() error {
 	rc, err := l.conn.SyscallConn()
 	if err != nil {
@@ -98,16 +104,7 @@ func (l *udpListener) setup() error {
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
-		return serr
-	}
-	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return err
-	}
-	if l.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		return err
-	}
-	return unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.wakefd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.wakefd)})
+	return serr
 }
 
 func (l *udpListener) port() uint16 { return uint16(l.conn.LocalAddr().(*net.UDPAddr).Port) }
@@ -134,25 +131,13 @@ func (l *udpListener) close() {
 		return
 	}
 	_ = l.conn.Close()
-	var one [8]byte
-	one[0] = 1
-	_, _ = unix.Write(l.wakefd, one[:])
 	l.done.Wait()
+	l.p.unregister(l)
 	l.mu.Lock()
 	for _, f := range l.flows {
 		l.dropLocked(f)
 	}
 	l.mu.Unlock()
-	l.closeFDs()
-}
-
-func (l *udpListener) closeFDs() {
-	if l.epfd >= 0 {
-		_ = unix.Close(l.epfd)
-	}
-	if l.wakefd >= 0 {
-		_ = unix.Close(l.wakefd)
-	}
 }
 
 // dropLocked ends a flow; l.mu is held.
@@ -161,10 +146,9 @@ func (l *udpListener) dropLocked(f *udpFlow) {
 		return
 	}
 	delete(l.flows, f.client)
-	delete(l.byFD, int32(f.fd))
+	l.p.remove(f)
 	f.io.Lock()
 	f.closed = true
-	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, f.fd, nil)
 	_ = unix.Close(f.fd)
 	f.io.Unlock()
 	l.e.release(v1.ProtocolUDP, &l.n)
@@ -247,7 +231,7 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 			}
 			continue
 		}
-		f = &udpFlow{client: client, local: local, ep: ep, fd: fd}
+		f = &udpFlow{l: l, client: client, local: local, ep: ep, fd: fd}
 		f.last.Store(now.UnixNano())
 		l.mu.Lock()
 		if l.closed.Load() {
@@ -255,13 +239,12 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 			_ = unix.Close(fd)
 			break
 		}
-		if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		if err := l.p.add(f); err != nil {
 			l.mu.Unlock()
 			_ = unix.Close(fd)
 			continue
 		}
 		l.flows[client] = f
-		l.byFD[int32(fd)] = f
 		l.mu.Unlock()
 		l.bal.used(client.Addr(), ep, now)
 		return f
@@ -293,37 +276,131 @@ func dialUDP(ep netip.AddrPort) (int, error) {
 	return fd, nil
 }
 
-// readUpstreams waits on every flow's socket at once, sends replies back to their clients from the
-// address the client wrote to, and expires idle flows.
-func (l *udpListener) readUpstreams() {
-	defer l.done.Done()
-	timeout := l.e.opts.UDPIdleTimeout
-	tick := max(timeout/4, time.Millisecond)
-	events := make([]unix.EpollEvent, 64)
+// udpPoller waits on the upstream sockets of every UDP flow of an engine, in one epoll set served by one
+// goroutine, sends replies back through their listeners, and expires idle flows.
+type udpPoller struct {
+	epfd, wakefd int
+	timeout      time.Duration
+
+	mu        sync.Mutex
+	byFD      map[int32]*udpFlow
+	listeners map[*udpListener]struct{}
+	closed    bool
+	done      chan struct{}
+}
+
+func newUDPPoller(timeout time.Duration) (*udpPoller, error) {
+	p := &udpPoller{timeout: timeout, byFD: map[int32]*udpFlow{}, listeners: map[*udpListener]struct{}{}, done: make(chan struct{})}
+	var err error
+	if p.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("creating the UDP epoll set: %w", err)
+	}
+	if p.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err == nil {
+		err = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.wakefd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(p.wakefd)})
+	}
+	if err != nil {
+		_ = unix.Close(p.epfd)
+		if p.wakefd > 0 {
+			_ = unix.Close(p.wakefd)
+		}
+		return nil, fmt.Errorf("creating the UDP poller's eventfd: %w", err)
+	}
+	go p.run()
+	return p, nil
+}
+
+func (p *udpPoller) register(l *udpListener) {
+	p.mu.Lock()
+	p.listeners[l] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *udpPoller) unregister(l *udpListener) {
+	p.mu.Lock()
+	delete(p.listeners, l)
+	p.mu.Unlock()
+}
+
+// add watches a flow's socket.
+func (p *udpPoller) add(f *udpFlow) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, f.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(f.fd)}); err != nil {
+		return err
+	}
+	p.byFD[int32(f.fd)] = f
+	return nil
+}
+
+// remove stops watching a flow's socket (before it is closed).
+func (p *udpPoller) remove(f *udpFlow) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byFD[int32(f.fd)] == f {
+		delete(p.byFD, int32(f.fd))
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, f.fd, nil)
+	}
+}
+
+// close stops the loop; the listeners are closed first.
+func (p *udpPoller) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	var one [8]byte
+	one[0] = 1
+	_, _ = unix.Write(p.wakefd, one[:])
+	<-p.done
+	_ = unix.Close(p.epfd)
+	_ = unix.Close(p.wakefd)
+}
+
+func (p *udpPoller) run() {
+	defer close(p.done)
+	tick := max(p.timeout/4, time.Millisecond)
+	events := make([]unix.EpollEvent, 128)
 	buf := make([]byte, 65535)
 	lastSweep := time.Now()
-	for !l.closed.Load() {
-		n, err := unix.EpollWait(l.epfd, events, int(tick/time.Millisecond)+1)
+	for {
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return
+		}
+		n, err := unix.EpollWait(p.epfd, events, int(tick/time.Millisecond)+1)
 		if err != nil && !errors.Is(err, unix.EINTR) {
-			klog.ErrorS(err, "Userspace proxy UDP epoll failed", "service", l.key.Name)
+			klog.ErrorS(err, "Userspace proxy UDP epoll failed")
 			time.Sleep(tick)
 			continue
 		}
 		for i := range n {
 			fd := events[i].Fd
-			if int(fd) == l.wakefd {
+			if int(fd) == p.wakefd {
 				continue
 			}
-			l.mu.Lock()
-			f := l.byFD[fd]
-			l.mu.Unlock()
+			p.mu.Lock()
+			f := p.byFD[fd]
+			p.mu.Unlock()
 			if f != nil {
-				l.drain(f, buf)
+				f.l.drain(f, buf)
 			}
 		}
 		if now := time.Now(); now.Sub(lastSweep) >= tick {
 			lastSweep = now
-			l.expire(now, timeout)
+			p.mu.Lock()
+			ls := make([]*udpListener, 0, len(p.listeners))
+			for l := range p.listeners {
+				ls = append(ls, l)
+			}
+			p.mu.Unlock()
+			for _, l := range ls {
+				l.expire(now, p.timeout)
+			}
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +187,31 @@ func TestUDPIPv6(t *testing.T) {
 	defer client.Close()
 	if got := exchange(t, client, netip.AddrPortFrom(netip.IPv6Loopback(), p), "q"); got[0] != "six" {
 		t.Fatalf("answer %v", got)
+	}
+}
+
+// TestUDPListenersShareOnePoller: a UDP listener costs its socket and its reader goroutine; the epoll set
+// and its goroutine are the engine's, made once.
+func TestUDPListenersShareOnePoller(t *testing.T) {
+	a := udpBackend(t, "a")
+	e, _ := newEngine(t, Options{})
+	fds := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(d)
+	}
+	ensure(t, e, Key{Name: "ns/first", Protocol: v1.ProtocolUDP}, Target{Endpoints: []netip.AddrPort{a}})
+	beforeFDs, beforeG := fds(), goroutines()
+	const n = 50
+	for i := range n {
+		ensure(t, e, Key{Name: fmt.Sprintf("ns/s%d", i), Protocol: v1.ProtocolUDP}, Target{Endpoints: []netip.AddrPort{a}})
+	}
+	if d := fds() - beforeFDs; d != n {
+		t.Errorf("%d UDP listeners took %d descriptors, want %d", n, d, n)
+	}
+	if d := goroutines() - beforeG; d > n+2 {
+		t.Errorf("%d UDP listeners took %d goroutines, want %d", n, d, n)
 	}
 }
