@@ -29,6 +29,8 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 	klog.InfoS("Using iptables backend for the userspace proxy's capture rules", "backend", backend, "reason", why)
 	metrics := engine.NewMetrics(reg)
 	opts := userspace.EngineOptions(cfg)
+	// One descriptor budget for both families' engines: they share the process's limit.
+	opts.Budget = engine.NewBudget(engine.DefaultDescriptors())
 	var out []proxy.FamilyDataplane
 	for i, family := range proxy.Families(cfg) {
 		runner, err := xtables.UsableRunner(backend, family)
@@ -45,7 +47,7 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 		}
 		e := engine.New(family, netip.Addr{}, opts, metrics)
 		klog.InfoS("Userspace proxy engine", "ipFamily", family, "udpIdleTimeout", e.Options().UDPIdleTimeout,
-			"tcpIdleTimeout", e.Options().IdleTimeout, "maxConnections", e.Options().MaxConnsTotal, "maxConnectionsPerServicePort", e.Options().MaxConnsPerListener)
+			"tcpIdleTimeout", e.Options().IdleTimeout, "descriptorBudget", e.Options().Budget.Max(), "maxConnectionsPerServicePort", e.Options().MaxConnsPerListener)
 		dp := userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family})
 		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
 	}

@@ -246,8 +246,9 @@ type Metrics struct {
 
 	reg prometheus.Registerer
 	// engine holds the userspace proxy engine's metrics, registered when first asked for (the gate on).
-	engineOnce sync.Once
-	engine     *engine.Metrics
+	engineOnce   sync.Once
+	engine       *engine.Metrics
+	engineBudget *engine.Budget // the families' engines share the process's descriptors
 	// localhost exports the counters of rejected loopback NodePort packets (the gate on).
 	mu        sync.Mutex
 	localhost localhostCollector
@@ -289,6 +290,7 @@ func (m *Metrics) engineMetrics() *engine.Metrics {
 			reg = prometheus.NewRegistry()
 		}
 		m.engine = engine.NewMetrics(reg)
+		m.engineBudget = engine.NewBudget(engine.DefaultDescriptors())
 	})
 	return m.engine
 }

@@ -24,12 +24,12 @@ type localhostProxy struct {
 	e *engine.Engine
 }
 
-func newLocalhostProxy(family v1.IPFamily, m *engine.Metrics) *localhostProxy {
+func newLocalhostProxy(family v1.IPFamily, m *engine.Metrics, b *engine.Budget) *localhostProxy {
 	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	if family == v1.IPv6Protocol {
 		addr = netip.IPv6Loopback()
 	}
-	return &localhostProxy{e: engine.New(family, addr, engine.Options{}, m)}
+	return &localhostProxy{e: engine.New(family, addr, engine.Options{Budget: b}, m)}
 }
 
 // sync opens, updates and closes the listeners for snap; with on false it closes them all.

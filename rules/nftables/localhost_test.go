@@ -72,7 +72,7 @@ func TestLocalhostProxyServesTCPNodePorts(t *testing.T) {
 	free.Close()
 	ep := backend.Addr().(*net.TCPAddr).AddrPort().String()
 
-	p := newLocalhostProxy(v1.IPv4Protocol, engine.NewMetrics(prometheus.NewRegistry()))
+	p := newLocalhostProxy(v1.IPv4Protocol, engine.NewMetrics(prometheus.NewRegistry()), nil)
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "10.96.0.10", 80, pt.NodePort(nodePort), pt.Endpoints(ep))
 	dns := pt.Port("ns/dns", "", v1.ProtocolUDP, "10.96.0.53", 53, pt.NodePort(nodePort), pt.Endpoints("127.0.0.1:53"))
@@ -155,7 +155,7 @@ func TestLocalhostProxyIPv6(t *testing.T) {
 	}
 	nodePort := int32(free.Addr().(*net.TCPAddr).Port)
 	free.Close()
-	p := newLocalhostProxy(v1.IPv6Protocol, engine.NewMetrics(prometheus.NewRegistry()))
+	p := newLocalhostProxy(v1.IPv6Protocol, engine.NewMetrics(prometheus.NewRegistry()), nil)
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "fd00:96::10", 80, pt.NodePort(nodePort),
 		pt.Endpoints(backend.Addr().(*net.TCPAddr).AddrPort().String()))

@@ -35,7 +35,7 @@ func New(cfg *config.KubeProxyConfiguration, family v1.IPFamily, c cleaner, m *M
 	d := newDataplane(ncfg, k, c, m)
 	if ncfg.LocalhostReject {
 		m.countLocalhostRejects(family, k)
-		d.localhost = newLocalhostProxy(family, m.engineMetrics())
+		d.localhost = newLocalhostProxy(family, m.engineMetrics(), m.engineBudget)
 	}
 	return d, nil
 }

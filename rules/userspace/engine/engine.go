@@ -22,14 +22,39 @@ type Options struct {
 	// UDPIdleTimeout closes a UDP flow without packets in either direction this long (default 250 ms).
 	UDPIdleTimeout time.Duration
 	// MaxConnsPerListener caps concurrent TCP connections and UDP flows of one listener, so that one
-	// Service port cannot take every descriptor from the others (default: half of MaxConnsTotal; negative:
-	// no cap but the total).
+	// Service port cannot take every descriptor from the others (default: half of what the budget allows
+	// in connections; negative: no cap but the budget).
 	MaxConnsPerListener int
-	// MaxConnsTotal caps concurrent TCP connections and UDP flows of the engine; each costs two file
-	// descriptors. Default: what RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else,
-	// halved.
-	MaxConnsTotal int
+	// Budget is the file descriptors the engine may hold, shared with the engines of other families: a
+	// listener takes one, a TCP connection or UDP flow two. Default: a budget of the engine's own, of what
+	// RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else (DefaultDescriptors).
+	Budget *Budget
 }
+
+// Budget is a number of file descriptors that engines share. Its methods are safe for concurrent use.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget returns a budget of n descriptors.
+func NewBudget(n int) *Budget { return &Budget{max: int64(n)} }
+
+// Max returns the budget's size.
+func (b *Budget) Max() int { return int(b.max) }
+
+// Used returns the descriptors taken.
+func (b *Budget) Used() int { return int(b.used.Load()) }
+
+func (b *Budget) take(n int64) bool {
+	if b.used.Add(n) > b.max {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *Budget) give(n int64) { b.used.Add(-n) }
 
 const (
 	defaultConnectTimeout = 2 * time.Second
@@ -43,11 +68,11 @@ func (o Options) withDefaults() Options {
 	if o.UDPIdleTimeout <= 0 {
 		o.UDPIdleTimeout = defaultUDPIdleTimeout
 	}
-	if o.MaxConnsTotal <= 0 {
-		o.MaxConnsTotal = defaultMaxConns()
+	if o.Budget == nil {
+		o.Budget = NewBudget(DefaultDescriptors())
 	}
 	if o.MaxConnsPerListener == 0 {
-		o.MaxConnsPerListener = max(o.MaxConnsTotal/2, 1)
+		o.MaxConnsPerListener = max(o.Budget.Max()/4, 1)
 	}
 	return o
 }
@@ -76,8 +101,6 @@ type Engine struct {
 	metrics *Metrics
 	family  v1.IPFamily
 	bind    netip.Addr
-
-	total atomic.Int64 // concurrent connections and flows, all listeners
 
 	mu        sync.Mutex
 	listeners map[Key]listener
@@ -129,6 +152,10 @@ func (e *Engine) EnsureAt(key Key, port uint16, t Target) (uint16, error) {
 		e.mu.Lock()
 	}
 	defer e.mu.Unlock()
+	if !e.opts.Budget.take(1) {
+		e.metrics.refused.WithLabelValues(string(key.Protocol), limitTotal).Inc()
+		return 0, fmt.Errorf("opening listener for %s: the descriptor budget (%d) is used up", key, e.opts.Budget.Max())
+	}
 	var (
 		l   listener
 		err error
@@ -142,6 +169,7 @@ func (e *Engine) EnsureAt(key Key, port uint16, t Target) (uint16, error) {
 		err = fmt.Errorf("protocol %s is not supported by the userspace proxy", key.Protocol)
 	}
 	if err != nil {
+		e.opts.Budget.give(1)
 		return 0, fmt.Errorf("opening listener for %s: %w", key, err)
 	}
 	e.listeners[key] = l
@@ -200,6 +228,7 @@ func (e *Engine) Remove(key Key) {
 	e.mu.Unlock()
 	if ok {
 		l.close()
+		e.opts.Budget.give(1)
 		e.metrics.listeners.WithLabelValues(string(key.Protocol)).Dec()
 		klog.V(2).InfoS("Closed userspace proxy listener", "service", key.Name, "protocol", key.Protocol, "policy", key.Policy)
 	}
@@ -232,11 +261,11 @@ func (e *Engine) admit(key Key, n *atomic.Int64) bool {
 	} else if max <= 0 {
 		n.Add(1)
 	}
-	if e.total.Add(1) > int64(e.opts.MaxConnsTotal) {
-		e.total.Add(-1)
+	if !e.opts.Budget.take(2) {
 		n.Add(-1)
 		e.metrics.refused.WithLabelValues(proto, limitTotal).Inc()
-		e.logLimit("", "Userspace proxy total connection limit reached; new connections are reset", "limit", e.opts.MaxConnsTotal)
+		e.logLimit("", "Userspace proxy descriptor budget used up; new connections are reset",
+			"descriptors", e.opts.Budget.Max(), "maxConnections", e.opts.Budget.Max()/2)
 		return false
 	}
 	e.metrics.accepted.WithLabelValues(proto).Inc()
@@ -247,7 +276,7 @@ func (e *Engine) admit(key Key, n *atomic.Int64) bool {
 // release gives back what admit took.
 func (e *Engine) release(proto v1.Protocol, n *atomic.Int64) {
 	n.Add(-1)
-	e.total.Add(-1)
+	e.opts.Budget.give(2)
 	e.metrics.active.WithLabelValues(string(proto)).Dec()
 }
 

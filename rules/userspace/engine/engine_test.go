@@ -311,7 +311,8 @@ func TestTCPEndpointRemovedDrains(t *testing.T) {
 
 func TestTCPLimits(t *testing.T) {
 	a := newBackend(t, "a")
-	e, m := newEngine(t, Options{MaxConnsPerListener: 2, MaxConnsTotal: 3})
+	// Two listeners (a descriptor each) and three connections (two each).
+	e, m := newEngine(t, Options{MaxConnsPerListener: 2, Budget: NewBudget(2 + 3*2)})
 	svc := ensure(t, e, tcpKey, Target{Endpoints: []netip.AddrPort{a.addr()}})
 	other := ensure(t, e, Key{Name: "ns/other", Protocol: v1.ProtocolTCP}, Target{Endpoints: []netip.AddrPort{a.addr()}})
 	var held []net.Conn
@@ -452,14 +453,51 @@ func TestEnsureAtAGivenPort(t *testing.T) {
 }
 
 func TestDefaultLimits(t *testing.T) {
-	o := Options{MaxConnsTotal: 1000}.withDefaults()
+	o := Options{Budget: NewBudget(2000)}.withDefaults()
 	if o.MaxConnsPerListener != 500 {
-		t.Errorf("default per-listener cap %d, want half the total (500)", o.MaxConnsPerListener)
+		t.Errorf("default per-listener cap %d, want half the connections the budget allows (500)", o.MaxConnsPerListener)
 	}
-	if o := (Options{MaxConnsTotal: 1000, MaxConnsPerListener: -1}).withDefaults(); o.MaxConnsPerListener != -1 {
+	if o := (Options{Budget: NewBudget(2000), MaxConnsPerListener: -1}).withDefaults(); o.MaxConnsPerListener != -1 {
 		t.Errorf("a negative per-listener cap became %d", o.MaxConnsPerListener)
 	}
-	if o := (Options{}).withDefaults(); o.MaxConnsTotal < 64 || o.UDPIdleTimeout != 250*time.Millisecond || o.ConnectTimeout != 2*time.Second {
+	if o := (Options{}).withDefaults(); o.Budget.Max() < 256 || o.UDPIdleTimeout != 250*time.Millisecond || o.ConnectTimeout != 2*time.Second {
 		t.Errorf("defaults %+v", o)
+	}
+}
+
+// TestBudgetSharedByEngines: two engines (the two families) draw on one budget, listeners included.
+func TestBudgetSharedByEngines(t *testing.T) {
+	a := newBackend(t, "a")
+	b := NewBudget(2 + 2) // two listeners, one connection
+	m := NewMetrics(prometheus.NewRegistry())
+	e1, e2 := New(v1.IPv4Protocol, loopback, Options{Budget: b}, m), New(v1.IPv4Protocol, loopback, Options{Budget: b}, m)
+	defer e1.Close()
+	defer e2.Close()
+	p1, err := e1.Ensure(tcpKey, Target{Endpoints: []netip.AddrPort{a.addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := e2.Ensure(tcpKey, Target{Endpoints: []netip.AddrPort{a.addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := net.Dial("tcp", netip.AddrPortFrom(loopback, p1).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := askOn(held); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e2.Ensure(Key{Name: "ns/third", Protocol: v1.ProtocolTCP}, Target{Endpoints: []netip.AddrPort{a.addr()}}); err == nil {
+		t.Error("a third listener fit in a budget used up by two listeners and one connection")
+	}
+	if _, err := ask(t, netip.AddrPortFrom(loopback, p2)); err == nil {
+		t.Error("the other engine's connection fit in the budget the first one used up")
+	}
+	held.Close()
+	waitFor(t, "the budget back", func() bool { return b.Used() == 2 })
+	if _, err := ask(t, netip.AddrPortFrom(loopback, p2)); err != nil {
+		t.Errorf("after the first connection ended: %v", err)
 	}
 }

@@ -2,5 +2,5 @@
 
 package engine
 
-// defaultMaxConns is a fixed cap where the descriptor limit is not read.
-func defaultMaxConns() int { return 4096 }
+// DefaultDescriptors is a fixed budget where the descriptor limit is not read.
+func DefaultDescriptors() int { return 8192 }
