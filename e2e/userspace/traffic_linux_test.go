@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"kube-proxy/e2e/harness"
 )
@@ -51,6 +52,14 @@ func TestTraffic(t *testing.T) {
 		harness.ReadyEndpoint(1),
 		harness.Endpoint{Pod: 2},                                   // not ready, not serving
 		harness.Endpoint{Pod: 3, Serving: true, Terminating: true}) // serving but terminating
+	// "dns": TCP and UDP on the same port number, as DNS has them.
+	dns := b.CreateService(t, "dns", func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{
+			{Name: "tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(harness.PodTCPPort)},
+			{Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(harness.PodUDPPort)},
+		}
+	})
+	b.SetEndpoints(t, "dns", harness.ReadyEndpoint(1), harness.ReadyEndpoint(3))
 	// "half": three endpoints on port 9000, where only pods 1 and 2 listen; pod 3 refuses.
 	const halfPort = 9000
 	half := b.createPortService(t, "half", 90, halfPort)
@@ -161,6 +170,12 @@ func TestTraffic(t *testing.T) {
 		if v, ok := d.Metric(t, "kubeproxy_userspace_connections_accepted_total", `protocol="UDP"`); !ok || v == 0 {
 			t.Errorf("kubeproxy_userspace_connections_accepted_total{protocol=UDP} = %v (found %v), want > 0", v, ok)
 		}
+	})
+
+	t.Run("TCPAndUDPOnOnePort", func(t *testing.T) {
+		addr := harness.HostPort(dns.Spec.ClusterIP, 53)
+		spread(t, "client -> dns tcp/53", client, "tcp", addr, 1, 3)
+		spread(t, "client -> dns udp/53", client, "udp", addr, 1, 3)
 	})
 
 	t.Run("SessionAffinity", func(t *testing.T) {
