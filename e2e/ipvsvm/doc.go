@@ -24,5 +24,5 @@
 //	                    KP_CLUSTER_BINDIR) and ours in IPVS mode, one after the other, on N Services x 3
 //	                    endpoints of this host's apiserver, observed in the guest; then the IPVS writer's
 //	                    own benchmark (N virtual servers x 3 real servers)
-//	KP_IPVS_BENCH_RUNS=3, KP_IPVS_BENCH_CHANGES=10, KP_IPVS_BENCH_IMPLS=ours|upstream   its knobs
+//	KP_IPVS_BENCH_RUNS=3, KP_IPVS_BENCH_CHANGES=10, KP_IPVS_BENCH_IMPLS=upstream,ours   its knobs
 package ipvsvm
