@@ -31,6 +31,9 @@ const (
 	// changes per run (default 10).
 	EnvBenchRuns    = "KP_IPVS_BENCH_RUNS"
 	EnvBenchChanges = "KP_IPVS_BENCH_CHANGES"
+	// EnvBenchProfile, a duration ("200s"), has the agent profile ours' cold start for that long and its
+	// idle period; the profiles are written beside the console log (such runs' figures are skewed).
+	EnvBenchProfile = "KP_IPVS_BENCH_PROFILE"
 	// EnvBenchImpls names the implementations and their order ("upstream,ours" by default; "ours" alone,
 	// say).
 	EnvBenchImpls = "KP_IPVS_BENCH_IMPLS"
@@ -121,14 +124,18 @@ func TestIPVSSyncBenchmark(t *testing.T) {
 			mu.Unlock()
 		}
 	}
+	config, profile := benchConfig, os.Getenv(EnvBenchProfile)
+	if profile != "" {
+		config += "enableProfiling: true\n"
+	}
 	timeout := time.Duration(runs*len(impls))*(5*time.Minute+time.Duration(n)*300*time.Millisecond) + 10*time.Minute
 	opts := ipvsvm.Options{
 		Agent:    agent,
 		Daemon:   ours,
 		Binaries: map[string]string{ipvsvm.UpstreamPath: upstream},
-		Files:    map[string][]byte{ipvsvm.KubeconfigPath: kubeconfig, ipvsvm.ConfigPath: []byte(benchConfig)},
+		Files:    map[string][]byte{ipvsvm.KubeconfigPath: kubeconfig, ipvsvm.ConfigPath: []byte(config)},
 		Params: ipvsvm.Params{Bench: n, SideBySide: &ipvsvm.SideBySideParams{Services: n, Runs: runs, Changes: changes,
-			Idle: benchIdle, Impls: impls}},
+			Idle: benchIdle, Impls: impls, Profile: profile}},
 		MemoryMB: 3072,
 		Timeout:  timeout,
 		OnLine:   onLine,
@@ -146,6 +153,13 @@ func TestIPVSSyncBenchmark(t *testing.T) {
 		t.Error(e)
 	}
 	t.Log(benchTable(res.Bench, n, runs, k.Version))
+	for name, b := range res.Files {
+		p := filepath.Join(filepath.Dir(res.ConsoleLog), name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Error(err)
+		}
+		t.Logf("%s: %d bytes (go tool pprof -top %s %s)", p, len(b), ours, p)
+	}
 	for _, name := range []string{"sidebyside", "bench"} {
 		if cr, ok := res.Case(name); !ok || cr.Status != "PASS" {
 			t.Errorf("%s: %+v\nconsole tail:\n%s", name, cr, tail(res, 40))

@@ -30,6 +30,11 @@ type SideBySideParams struct {
 	Idle string `json:"idle"`
 	// Impls are the implementations, each a command line.
 	Impls []BenchImpl `json:"impls"`
+	// Profile, when set, has the agent take CPU profiles of the implementation named "ours" (which must
+	// serve /debug/pprof on 127.0.0.1:10249: enableProfiling): one this long from its start (a duration:
+	// "200s"), one over the idle period, sent as files ours-cold-<run>.pprof and ours-idle-<run>.pprof.
+	// Profiling slows what it measures: such runs are for the profiles, not for the figures.
+	Profile string `json:"profile,omitempty"`
 }
 
 // BenchImpl is one implementation of the side-by-side benchmark.
@@ -93,6 +98,7 @@ const (
 //	KPVM BENCH <name> <seconds> <detail>       one benchmark figure
 //	KPVM WAIT <what>                           the agent waits for the host (create-service, delete-service)
 //	KPVM NOTE <text>                           something the host should log
+//	KPVM FILE <name> <base64>                  a piece of a file for the host (pieces in order)
 //	KPVM DONE <exit code>                      the agent finished
 const Prefix = "KPVM "
 

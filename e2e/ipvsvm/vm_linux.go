@@ -3,6 +3,7 @@ package ipvsvm
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,8 @@ type Result struct {
 	Cases []CaseResult
 	Bench []BenchResult
 	Notes []string
+	// Files are the files the agent sent (FILE lines), by name.
+	Files map[string][]byte
 	// Done is the agent's exit code, or -1 when it never said (crash, timeout).
 	Done int
 	// ConsoleLog is the path of the full console output.
@@ -268,6 +271,14 @@ func (r *Result) record(msg string) {
 		}
 	case "NOTE":
 		r.Notes = append(r.Notes, rest)
+	case "FILE":
+		name, chunk, _ := strings.Cut(rest, " ")
+		if b, err := base64.StdEncoding.DecodeString(chunk); err == nil {
+			if r.Files == nil {
+				r.Files = map[string][]byte{}
+			}
+			r.Files[name] = append(r.Files[name], b...)
+		}
 	case "DONE":
 		f := strings.Fields(rest)
 		if len(f) > 0 {

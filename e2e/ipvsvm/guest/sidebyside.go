@@ -5,9 +5,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
@@ -100,6 +103,24 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	proc, err := start("", impl.Args...) // quiet: the console would slow a chatty daemon down
 	defer proc.stop()
 	pid := proc.cmd.Process.Pid
+	profile := func(name string, d time.Duration) func() {
+		if p.Profile == "" || impl.Name != "ours" {
+			return func() {}
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := sendProfile(fmt.Sprintf("ours-%s-%d.pprof", name, run), d); err != nil {
+				logf("profile %s: %v", name, err)
+			}
+		}()
+		return func() { <-done }
+	}
+	coldFor, err := time.ParseDuration(p.Profile)
+	if p.Profile != "" && err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	waitCold := profile("cold", coldFor)
 
 	// Cold start.
 	var missing int
@@ -138,6 +159,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		return fmt.Errorf("after the cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
 	}
 	report("BENCH", impl.Name+"/settled", secs(time.Since(t0)), tag+": exec -> idle after the first sync")
+	waitCold()
 
 	// One-Service changes.
 	c, err := ipvslib.New()
@@ -192,7 +214,9 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	report("BENCH", impl.Name+"/cpu-per-change", secs((cpu1-cpu0)/time.Duration(len(lat))), tag)
 
 	// Nothing changes for idle.
+	waitIdleProfile := profile("idle", idle-time.Second)
 	time.Sleep(idle)
+	waitIdleProfile()
 	cpu2, err := cpuTime(pid)
 	if err != nil {
 		return err
@@ -202,6 +226,35 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		report("BENCH", impl.Name+"/rss-mib-end", fmt.Sprintf("%.1f", rss), tag+" after the changes and the idle period")
 	}
 	proc.stop()
+	return nil
+}
+
+// sendProfile takes a CPU profile of ours for d, from the moment its profiling server answers, and sends
+// it to the host as FILE lines.
+func sendProfile(name string, d time.Duration) error {
+	url := "http://127.0.0.1:10249/debug/pprof/profile?seconds="
+	var resp *http.Response
+	err := waitEvery(2*time.Minute, 20*time.Millisecond, func() error {
+		r, err := http.Get(url + strconv.Itoa(int(d.Seconds())))
+		if err == nil {
+			resp = r
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	for len(s) > 0 {
+		n := min(len(s), 3000)
+		report("FILE", name, s[:n])
+		s = s[n:]
+	}
 	return nil
 }
 
