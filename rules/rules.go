@@ -20,8 +20,8 @@ import (
 
 // New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
 // Once every family has been synced, what the other modes left on the node is removed (theirs or
-// upstream's): mode nftables removes the iptables and IPVS rules, modes iptables and ipvs the nftables
-// tables. Upstream removes them before its first sync; waiting for ours means Services keep working
+// upstream's): mode nftables removes the iptables, IPVS and userspace rules, modes iptables and ipvs the
+// nftables tables and mode userspace's capture chains, mode userspace the other three modes' rules. Upstream removes them before its first sync; waiting for ours means Services keep working
 // through a switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
@@ -30,8 +30,8 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	var (
 		dps    []proxy.FamilyDataplane
 		err    error
-		others = func(ctx context.Context) error { return nftables.Cleanup(ctx) }
-		what   = "nftables mode's tables"
+		others = func(ctx context.Context) error { return errors.Join(nftables.Cleanup(ctx), cleanupUserspace(ctx)) }
+		what   = "nftables and userspace modes' rules"
 	)
 	switch cfg.Mode {
 	case config.ModeIPTables, "":
@@ -40,11 +40,14 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 		dps, err = newIPVS(ctx, cfg, nodeName, reg)
 	case config.ModeNFTables:
 		dps, err = newNFTables(cfg, reg)
-		others, what = cleanupXtables, "iptables and IPVS modes' rules"
+		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), cleanupUserspace(ctx)) }
+		what = "iptables, IPVS and userspace modes' rules"
 	case config.ModeUserspace:
 		dps, err = newUserspace(ctx, cfg, nodeName, reg)
+		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx)) }
+		what = "iptables, IPVS and nftables modes' rules"
 	default:
-		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs or nftables)", cfg.Mode)
+		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs, nftables or userspace)", cfg.Mode)
 	}
 	if err != nil {
 		return nil, err

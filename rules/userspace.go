@@ -51,7 +51,7 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 		dp := userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family})
 		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
 	}
-	return afterFirstSync(ctx, out, "iptables and IPVS modes' rules", cleanupXtables), nil
+	return out, nil
 }
 
 // cleanupUserspace removes mode userspace's capture rules from every backend and family where they are.

@@ -192,3 +192,45 @@ func TestSwitchFromIPTables(t *testing.T) {
 		t.Errorf("the userspace proxy accepted %v of 20 connections", after-before)
 	}
 }
+
+// TestSwitchToOtherModes: a node that ran mode userspace is switched to mode iptables, then (from
+// userspace again) to mode nftables; once the new mode has synced, no capture chain or jump is left and
+// Services work through the new mode.
+func TestSwitchToOtherModes(t *testing.T) {
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run(mode, func(t *testing.T) {
+			b := newBed(t, 2)
+			web := b.CreateService(t, "web", nil)
+			b.SetEndpoints(t, "web", harness.ReadyEndpoint(1), harness.ReadyEndpoint(2))
+			d := b.start("")
+			if _, ok := b.save(t, "nat").Chains["KUBE-PORTALS-CONTAINER"]; !ok {
+				t.Fatal("mode userspace wrote no KUBE-PORTALS-CONTAINER")
+			}
+			if err := d.Proc.Stop(syscall.SIGTERM, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			harness.StartDaemon(t, b.Cluster, b.Topo.Node, harness.DaemonOptions{
+				NodeName: b.Node, Config: "mode: " + mode + "\nclusterCIDR: " + harness.PodCIDR + "\n",
+				Env: []string{b.xt.Env()}, Kubeconfig: b.Kubeconfig})
+			harness.Eventually(t, "mode userspace's chains and jumps to be removed", 30*time.Second, func() (bool, string) {
+				var left []string
+				for table, chains := range map[string][]string{"nat": natChains, "filter": filterChains} {
+					tab := b.save(t, table)
+					for _, c := range chains {
+						if _, ok := tab.Chains[c]; ok {
+							left = append(left, table+"/"+c)
+						}
+					}
+					for _, r := range tab.Rules {
+						if strings.Contains(r, "-j KUBE-PORTALS-") || strings.Contains(r, "-j KUBE-NODEPORT-CONTAINER") || strings.Contains(r, "-j KUBE-NODEPORT-HOST") {
+							left = append(left, r)
+						}
+					}
+				}
+				return len(left) == 0, strings.Join(left, "; ")
+			})
+			addr := harness.HostPort(web.Spec.ClusterIP, svcTCP)
+			harness.ExpectSpread(t, "client -> web", harness.HitForTest(t, b.Topo.Client, "tcp", addr, 20, harness.HitOptions{}), harness.PodNames(1, 2), harness.GatewayOf)
+		})
+	}
+}
