@@ -1,0 +1,71 @@
+package ipvs
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestRenderDesiredIsThePlan: what kube-proxy diff compares with the kernel is what the planner plans and
+// the renderer writes, for every golden case.
+func TestRenderDesiredIsThePlan(t *testing.T) {
+	for _, c := range planCases() {
+		t.Run(c.name, func(t *testing.T) {
+			var addrs []netip.Addr
+			for _, a := range c.addrs {
+				addrs = append(addrs, netip.MustParseAddr(a))
+			}
+			got := RenderDesired(c.cfg, c.snap, addrs)
+			d := &Dataplane{cfg: c.cfg}
+			d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
+			plan := planState(&d.cfg, d.plan(c.snap))
+
+			var vs []string
+			for _, v := range got.VirtualServers {
+				line := v.Key + " " + v.Scheduler
+				if v.Timeout > 0 {
+					line += fmt.Sprintf(" persistent %d", v.Timeout)
+				}
+				if v.Flags != 0 {
+					line += fmt.Sprintf(" flags %#x", v.Flags)
+				}
+				vs = append(vs, line)
+				for _, r := range v.Reals {
+					vs = append(vs, "  -> "+r+" weight 1")
+				}
+			}
+			if diff := cmp.Diff(plan.vs, vs); diff != "" {
+				t.Errorf("virtual servers (-plan +RenderDesired):\n%s", diff)
+			}
+			var binds []string
+			for _, a := range got.Binds {
+				binds = append(binds, a.String())
+			}
+			if diff := cmp.Diff(plan.binds, binds); diff != "" {
+				t.Errorf("binds (-plan +RenderDesired):\n%s", diff)
+			}
+			sets := map[string][]string{}
+			for _, s := range got.Sets {
+				if len(s.Members) > 0 {
+					sets[s.Name] = s.Members
+				}
+			}
+			for n := range plan.sets {
+				slices.Sort(plan.sets[n])
+			}
+			if diff := cmp.Diff(plan.sets, sets); diff != "" {
+				t.Errorf("sets (-plan +RenderDesired):\n%s", diff)
+			}
+			if !strings.Contains(renderPlan(c), "# iptables-restore\n"+string(got.Rules)) {
+				t.Errorf("rules differ from the renderer's:\n%s", got.Rules)
+			}
+			if !strings.Contains(string(got.Jumps), "-I PREROUTING 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {
+				t.Errorf("jumps lack PREROUTING's:\n%s", got.Jumps)
+			}
+		})
+	}
+}
