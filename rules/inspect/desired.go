@@ -11,6 +11,7 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 )
@@ -24,12 +25,15 @@ type Desired struct {
 	// NFT holds mode nftables' tables (both families); NFTText the transactions per family.
 	NFT     *nftrace.Tables
 	NFTText map[v1.IPFamily]string
+	// IPVS holds mode ipvs' state per family; its iptables rules are in XT.
+	IPVS map[v1.IPFamily]*ipvs.Desired
 }
 
 // RenderDesired renders snaps (one per family) as the daemon of cfg would write them into an empty node
-// whose addresses are addrs.
+// whose addresses are addrs (kube-ipvs0's excepted).
 func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr) (*Desired, error) {
-	d := &Desired{Mode: cfg.Mode, XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{}}
+	d := &Desired{Mode: cfg.Mode, XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{},
+		IPVS: map[v1.IPFamily]*ipvs.Desired{}}
 	if d.Mode == "" {
 		d.Mode = config.ModeIPTables
 	}
@@ -54,10 +58,29 @@ func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, 
 				return nil, fmt.Errorf("loading the rendered %s table: %w", snap.Family, err)
 			}
 			d.NFTText[snap.Family] = text
+		case config.ModeIPVS:
+			icfg, err := ipvs.NewConfig(cfg, snap.Family)
+			if err != nil {
+				return nil, err
+			}
+			want := ipvs.RenderDesired(icfg, snap, addrs)
+			ts := iptrace.New(snap.Family == v1.IPv6Protocol)
+			for _, set := range want.Sets {
+				if err := ts.SetIPSet(set.Name, set.Type, set.Members...); err != nil {
+					return nil, err
+				}
+			}
+			if err := ts.Restore(want.Rules, iptrace.RestoreOptions{NoFlush: true}); err != nil {
+				return nil, fmt.Errorf("loading the rendered %s rules: %w", snap.Family, err)
+			}
+			if err := ts.Restore(want.Jumps, iptrace.RestoreOptions{NoFlush: true}); err != nil {
+				return nil, fmt.Errorf("loading the rendered %s jumps: %w", snap.Family, err)
+			}
+			d.XT[snap.Family], d.IPVS[snap.Family] = ts, want
 		case config.ModeUserspace:
 			return nil, fmt.Errorf("diff cannot render mode userspace: its rules name the listener ports the running daemon chose; `kube-proxy trace` checks them")
 		default:
-			return nil, fmt.Errorf("diff does not render mode %s yet (it renders iptables and nftables)", d.Mode)
+			return nil, fmt.Errorf("diff does not render mode %s", d.Mode)
 		}
 	}
 	return d, nil

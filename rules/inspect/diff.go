@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables/nftrace"
 )
 
@@ -237,3 +238,92 @@ func elementService(e string) string {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// DiffIPVS compares mode ipvs' rendered ipsets, virtual servers and kube-ipvs0 addresses of one family with
+// the kernel's (its iptables rules go through DiffIPTables). Real servers of weight 0 are being drained
+// (terminating endpoints keep their connections): they are not drift.
+func DiffIPVS(want *ipvs.Desired, live *Live, family v1.IPFamily) []Drift {
+	name := "ipvs " + string(family)
+	var out []Drift
+	liveSets := map[string]ipSet{}
+	for _, s := range live.IPSets {
+		if s.family == family {
+			liveSets[s.name] = s
+		}
+	}
+	wanted := map[string]bool{}
+	for _, s := range want.Sets {
+		wanted[s.Name] = true
+		have, ok := liveSets[s.Name]
+		if !ok {
+			out = append(out, Drift{Kind: "missing", Dataplane: name, Object: "ipset " + s.Name, Detail: fmt.Sprintf("%d members", len(s.Members))})
+			continue
+		}
+		missing, stale := multisetDiff(s.Members, have.members)
+		for _, m := range missing {
+			out = append(out, Drift{Kind: "missing", Dataplane: name, Object: "ipset " + s.Name, Detail: m})
+		}
+		for _, m := range stale {
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "ipset " + s.Name, Detail: m})
+		}
+	}
+	for n := range liveSets {
+		if ours(n) && !wanted[n] {
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "ipset " + n})
+		}
+	}
+	haveVS := map[string]ipvsService{}
+	for _, s := range live.IPVS {
+		if (family == v1.IPv6Protocol) == s.Addr.Is6() {
+			haveVS[s.Key] = s
+		}
+	}
+	wantVS := map[string]bool{}
+	for _, w := range want.VirtualServers {
+		wantVS[w.Key] = true
+		have, ok := haveVS[w.Key]
+		if !ok {
+			out = append(out, Drift{Kind: "missing", Dataplane: name, Object: "virtual server " + w.Key, Detail: strings.Join(w.Reals, " ")})
+			continue
+		}
+		if have.Scheduler != w.Scheduler || have.Timeout != w.Timeout {
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "virtual server " + w.Key,
+				Detail: fmt.Sprintf("scheduler %s persistence %ds, want %s %ds", have.Scheduler, have.Timeout, w.Scheduler, w.Timeout)})
+		}
+		var reals []string
+		for _, r := range have.Reals {
+			if r.Weight > 0 {
+				reals = append(reals, r.Addr.String())
+			}
+		}
+		missing, stale := multisetDiff(w.Reals, reals)
+		for _, r := range missing {
+			out = append(out, Drift{Kind: "missing", Dataplane: name, Object: "real server of " + w.Key, Detail: r})
+		}
+		for _, r := range stale {
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "real server of " + w.Key, Detail: r})
+		}
+	}
+	for k := range haveVS {
+		if !wantVS[k] {
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "virtual server " + k})
+		}
+	}
+	var binds, bound []string
+	for _, a := range want.Binds {
+		binds = append(binds, a.String())
+	}
+	for _, a := range live.IfAddrs[ipvs.DummyLink] {
+		if (family == v1.IPv6Protocol) == a.Is6() && !a.IsLinkLocalUnicast() {
+			bound = append(bound, a.String())
+		}
+	}
+	missing, stale := multisetDiff(binds, bound)
+	for _, a := range missing {
+		out = append(out, Drift{Kind: "missing", Dataplane: name, Object: "address on " + ipvs.DummyLink, Detail: a})
+	}
+	for _, a := range stale {
+		out = append(out, Drift{Kind: "stale", Dataplane: name, Object: "address on " + ipvs.DummyLink, Detail: a})
+	}
+	return out
+}

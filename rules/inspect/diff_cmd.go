@@ -10,6 +10,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/xtables"
 )
@@ -33,14 +34,14 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "kube-proxy diff:", err)
 		return exitFinding
 	}
-	want, err := RenderDesired(env.Config, st.Snapshots, live.Addrs)
+	want, err := RenderDesired(env.Config, st.Snapshots, live.addrsBut(ipvs.DummyLink))
 	if err != nil {
 		fmt.Fprintln(stderr, "kube-proxy diff:", err)
 		return exitUsage
 	}
 	rep := &DiffReport{Mode: string(want.Mode), Notes: live.Problems}
 	switch want.Mode {
-	case config.ModeIPTables:
+	case config.ModeIPTables, config.ModeIPVS:
 		backend, why, err := xtables.Detect(ctx)
 		if err != nil {
 			fmt.Fprintln(stderr, "kube-proxy diff:", err)
@@ -62,6 +63,9 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 				x = &XTables{Backend: backend, Family: f, Tables: iptrace.New(f == v1.IPv6Protocol)}
 			}
 			rep.Drift = append(rep.Drift, DiffIPTables(want.XT[f], x)...)
+			if d := want.IPVS[f]; d != nil {
+				rep.Drift = append(rep.Drift, DiffIPVS(d, live, f)...)
+			}
 			for _, u := range x.Unreadable {
 				rep.Notes = append(rep.Notes, "not compared (the tracer does not model it): "+u)
 			}

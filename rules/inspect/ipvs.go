@@ -63,8 +63,26 @@ func parseIPSetSave(text string) ([]ipSet, error) {
 	return sets, nil
 }
 
+// ipvsService is one IPVS virtual server as ipvsadm -Sn lists it.
+type ipvsService struct {
+	iptrace.VirtualServer
+	// Key is "tcp/10.96.0.10:80"; Scheduler the scheduler; Timeout the persistence (0: none).
+	Key       string
+	Scheduler string
+	Timeout   uint32
+}
+
+// tracerServers returns the virtual servers as the tracer takes them.
+func tracerServers(svcs []ipvsService) []iptrace.VirtualServer {
+	out := make([]iptrace.VirtualServer, len(svcs))
+	for i, s := range svcs {
+		out[i] = s.VirtualServer
+	}
+	return out
+}
+
 // readIPVS returns the IPVS virtual servers (none when the kernel has no IPVS or ipvsadm is missing).
-func readIPVS(ctx context.Context) ([]iptrace.VirtualServer, error) {
+func readIPVS(ctx context.Context) ([]ipvsService, error) {
 	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
 		return nil, nil
 	}
@@ -82,8 +100,8 @@ func readIPVS(ctx context.Context) ([]iptrace.VirtualServer, error) {
 
 // parseIPVSSave reads `ipvsadm -Sn` output: "-A -t|-u|--sctp-service ADDR:PORT -s SCHED [-p SECONDS]"
 // and "-a -t ADDR:PORT -r ADDR:PORT -m -w WEIGHT". Firewall-mark services are skipped.
-func parseIPVSSave(text string) ([]iptrace.VirtualServer, error) {
-	var vss []iptrace.VirtualServer
+func parseIPVSSave(text string) ([]ipvsService, error) {
+	var vss []ipvsService
 	index := map[string]int{}
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
@@ -100,10 +118,21 @@ func parseIPVSSave(text string) ([]iptrace.VirtualServer, error) {
 			if err != nil {
 				return nil, fmt.Errorf("ipvsadm -Sn: virtual server %q: %w", f[2], err)
 			}
-			vs := iptrace.VirtualServer{Addr: ap.Addr(), Port: ap.Port(), Protocol: proto}
+			vs := ipvsService{VirtualServer: iptrace.VirtualServer{Addr: ap.Addr(), Port: ap.Port(), Protocol: proto},
+				Key: proto + "/" + ap.String()}
 			for i := 3; i < len(f); i++ {
-				if f[i] == "-p" || f[i] == "--persistent" {
+				switch f[i] {
+				case "-p", "--persistent":
 					vs.Persistent = true
+					if i+1 < len(f) {
+						if t, err := strconv.ParseUint(f[i+1], 10, 32); err == nil {
+							vs.Timeout = uint32(t)
+						}
+					}
+				case "-s", "--scheduler":
+					if i+1 < len(f) {
+						vs.Scheduler = f[i+1]
+					}
 				}
 			}
 			index[key] = len(vss)

@@ -15,7 +15,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 	"kube-proxy/rules/xtables"
@@ -34,6 +33,9 @@ type Live struct {
 	NFT         *nftrace.Tables
 	NFTText     map[v1.IPFamily]string
 	NFTFamilies []v1.IPFamily
+	// IPSets are the node's ipsets; IPVS its IPVS virtual servers (mode ipvs).
+	IPSets []ipSet
+	IPVS   []ipvsService
 	// OtherNFTTables are the node's other nftables tables ("inet filter", ...), iptables-nft's excepted.
 	OtherNFTTables []string
 	// Problems are what could not be read (a missing tool, a refused command), in words.
@@ -60,6 +62,7 @@ func ReadLive(ctx context.Context) (*Live, error) {
 	if err != nil {
 		l.Problems = append(l.Problems, err.Error())
 	}
+	l.IPSets, l.IPVS = sets, vss
 	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, family := range families {
 			x, err := readXTables(ctx, backend, family, sets, vss)
@@ -158,7 +161,7 @@ func (x *XTables) userspaceChains() int {
 }
 
 // readXTables reads one backend and family; nil when its tools are missing or it holds no table to read.
-func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamily, sets []ipSet, vss []iptrace.VirtualServer) (*XTables, error) {
+func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamily, sets []ipSet, vss []ipvsService) (*XTables, error) {
 	if !xtables.Available(backend, family) {
 		return nil, nil
 	}
@@ -184,7 +187,7 @@ func readXTables(ctx context.Context, backend xtables.Backend, family v1.IPFamil
 	if len(saves) == 0 {
 		return nil, nil
 	}
-	return loadXTables(backend, family, saves, sets, vss)
+	return loadXTables(backend, family, saves, sets, tracerServers(vss))
 }
 
 // listNFTTable returns `nft list table FAMILY kube-proxy`, "" when there is no such table or no nft.
@@ -266,6 +269,18 @@ func nodeAddrs() ([]netip.Addr, map[string][]netip.Addr, error) {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out, byIf, nil
+}
+
+// addrsBut returns the node's addresses but those of one interface (kube-ipvs0: the Service addresses
+// mode ipvs binds there are not the node's own).
+func (l *Live) addrsBut(iface string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range l.Addrs {
+		if !slices.Contains(l.IfAddrs[iface], a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // localAddrsFor returns the node's addresses with those of the interface in first (the address a

@@ -2,11 +2,13 @@ package inspect
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/xtables"
 )
 
@@ -115,7 +117,7 @@ func TestTraceModeIPVS(t *testing.T) {
 	if len(sets) != 2 || len(sets[0].members) != 2 || sets[1].family != v1.IPv6Protocol || len(vss) != 2 || len(vss[0].Reals) != 3 {
 		t.Fatalf("sets %+v, virtual servers %+v", sets, vss)
 	}
-	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": ipvsNAT}, sets, vss)
+	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": ipvsNAT}, sets, tracerServers(vss))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,5 +169,42 @@ func TestCheckForeignJudgesWhatARuleAheadDoes(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s: %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+func TestDiffIPVS(t *testing.T) {
+	want := &ipvs.Desired{
+		Sets: []ipvs.DesiredSet{{Name: "KUBE-CLUSTER-IP", Type: "hash:ip,port", Members: []string{"10.96.0.10,tcp:80", "10.96.0.20,tcp:80"}}},
+		VirtualServers: []ipvs.DesiredVirtualServer{
+			{Key: "tcp/10.96.0.10:80", Scheduler: "rr", Reals: []string{"10.244.1.5:8080", "10.244.2.6:8080"}},
+			{Key: "tcp/10.96.0.20:80", Scheduler: "rr"},
+		},
+		Binds: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.20")},
+	}
+	sets, err := parseIPSetSave(ipvsSets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vss, err := parseIPVSSave(ipvsadmSave + "-A -t 10.96.0.30:80 -s rr\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &Live{IPSets: sets, IPVS: vss, IfAddrs: map[string][]netip.Addr{"kube-ipvs0": {netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.30")}}}
+	var got []string
+	for _, d := range DiffIPVS(want, live, v1.IPv4Protocol) {
+		got = append(got, d.Kind+" "+d.Object+" "+d.Detail)
+	}
+	slices.Sort(got)
+	wantDrift := []string{
+		"missing address on kube-ipvs0 10.96.0.20",
+		"stale address on kube-ipvs0 10.96.0.30",
+		"stale virtual server tcp/10.96.0.30:80 ",
+	}
+	// 10.244.3.7:8080 has weight 0 (draining): not drift; the sets and the rest agree.
+	if !slices.Equal(got, wantDrift) {
+		t.Errorf("drift:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantDrift, "\n"))
+	}
+	if vss[0].Scheduler != "rr" || vss[0].Key != "tcp/10.96.0.10:80" {
+		t.Errorf("parsed %+v", vss[0])
 	}
 }
