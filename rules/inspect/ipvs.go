@@ -44,10 +44,15 @@ func parseIPSetSave(text string) ([]ipSet, error) {
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 3 && f[0] == "create":
+			// Sets without a family (bitmap:port) belong to the family their name says: mode ipvs names
+			// its IPv6 sets KUBE-6-*.
 			s := ipSet{name: f[1], typ: f[2], family: v1.IPv4Protocol}
+			if strings.HasPrefix(s.name, "KUBE-6-") {
+				s.family = v1.IPv6Protocol
+			}
 			for i := 3; i+1 < len(f); i++ {
-				if f[i] == "family" && f[i+1] == "inet6" {
-					s.family = v1.IPv6Protocol
+				if f[i] == "family" {
+					s.family = map[bool]v1.IPFamily{true: v1.IPv6Protocol, false: v1.IPv4Protocol}[f[i+1] == "inet6"]
 				}
 			}
 			index[s.name] = len(sets)

@@ -237,6 +237,8 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	case strings.Contains(c, "will be dropped by KUBE-PROXY-FIREWALL") || strings.Contains(c, "traffic not accepted by") ||
 		strings.Contains(lower, "firewall") && !strings.Contains(lower, "cluster-ips"):
 		why = "the source address is not in the Service's loadBalancerSourceRanges"
+	case strings.HasPrefix(last, "filter/KUBE-IPVS-FILTER:") && o.Verdict == "REJECT":
+		why = fmt.Sprintf("%s is a Service address on kube-ipvs0, but no Service serves %s port %d on it (mode ipvs' KUBE-IPVS-FILTER rejects it)", pkt.Dst, pkt.Protocol, pkt.Port)
 	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
 		why = fmt.Sprintf("%s is a ClusterIP, but no Service serves %s port %d on it", pkt.Dst, pkt.Protocol, pkt.Port)
 	case strings.Contains(lower, "no-endpoint") || strings.Contains(lower, "no-endpoints"):

@@ -95,6 +95,8 @@ add KUBE-CLUSTER-IP 10.96.0.10,tcp:80
 add KUBE-CLUSTER-IP 10.96.0.20,tcp:80
 create OTHER hash:net family inet6 hashsize 1024 maxelem 65536
 add OTHER fd00::/64
+create KUBE-6-NODE-PORT-TCP bitmap:port range 0-65535
+create KUBE-NODE-PORT-TCP bitmap:port range 0-65535
 `
 	ipvsadmSave = `-A -t 10.96.0.10:80 -s rr
 -a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 1
@@ -114,7 +116,8 @@ func TestTraceModeIPVS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sets) != 2 || len(sets[0].members) != 2 || sets[1].family != v1.IPv6Protocol || len(vss) != 2 || len(vss[0].Reals) != 3 {
+	if len(sets) != 4 || len(sets[0].members) != 2 || sets[1].family != v1.IPv6Protocol || sets[2].family != v1.IPv6Protocol ||
+		sets[3].family != v1.IPv4Protocol || len(vss) != 2 || len(vss[0].Reals) != 3 {
 		t.Fatalf("sets %+v, virtual servers %+v", sets, vss)
 	}
 	x, err := loadXTables(xtables.BackendNFT, v1.IPv4Protocol, map[string]string{"nat": ipvsNAT}, sets, tracerServers(vss))
@@ -198,6 +201,7 @@ func TestDiffIPVS(t *testing.T) {
 	wantDrift := []string{
 		"missing address on kube-ipvs0 10.96.0.20",
 		"stale address on kube-ipvs0 10.96.0.30",
+		"stale ipset KUBE-NODE-PORT-TCP ", // ours, and not wanted: the desired state here has no such set
 		"stale virtual server tcp/10.96.0.30:80 ",
 	}
 	// 10.244.3.7:8080 has weight 0 (draining): not drift; the sets and the rest agree.

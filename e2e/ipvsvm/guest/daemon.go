@@ -152,6 +152,12 @@ func daemonCase(d *ipvsvm.DaemonParams) error {
 		return err
 	}
 	report("NOTE", "daemon's Service answered "+h.String())
+	if err := traceAgrees(d, target); err != nil {
+		return err
+	}
+	if err := diffAgrees(d, target); err != nil {
+		return err
+	}
 
 	report("WAIT", "delete-service")
 	c, err := ipvslib.New()
