@@ -239,6 +239,8 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 		why = "the source address is not in the Service's loadBalancerSourceRanges"
 	case strings.HasPrefix(last, "filter/KUBE-IPVS-FILTER:") && o.Verdict == "REJECT":
 		why = fmt.Sprintf("%s is a Service address on kube-ipvs0, but no Service serves %s port %d on it (mode ipvs' KUBE-IPVS-FILTER rejects it)", pkt.Dst, pkt.Protocol, pkt.Port)
+	case strings.HasPrefix(last, "cluster-ips-check:") && o.Verdict == "DROP":
+		why = fmt.Sprintf("%s is inside the cluster's ServiceCIDRs but no Service has it", pkt.Dst)
 	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
 		why = fmt.Sprintf("%s is a ClusterIP, but no Service serves %s port %d on it", pkt.Dst, pkt.Protocol, pkt.Port)
 	case strings.Contains(lower, "no-endpoint") || strings.Contains(lower, "no-endpoints"):

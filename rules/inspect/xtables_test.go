@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/nftables/nftrace"
 	"kube-proxy/rules/xtables"
 )
 
@@ -210,5 +212,38 @@ func TestDiffIPVS(t *testing.T) {
 	}
 	if vss[0].Scheduler != "rr" || vss[0].Key != "tcp/10.96.0.10:80" {
 		t.Errorf("parsed %+v", vss[0])
+	}
+}
+
+// The reasons of mode nftables' verdicts, on the table the renderer's golden test writes (the Services of
+// every shape: ns/web 10.96.0.10:80, ns/empty 10.96.0.20:53/udp without endpoints, ServiceCIDR
+// 10.96.0.0/16).
+func TestTraceReasonsModeNFTables(t *testing.T) {
+	golden, err := os.ReadFile("../nftables/testdata/ipv4.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Live{NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{v1.IPv4Protocol: string(golden)}, NFTFamilies: []v1.IPFamily{v1.IPv4Protocol},
+		Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	if err := l.NFT.Load(string(golden)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dst, proto string
+		port       uint16
+		want       string
+	}{
+		{"10.96.0.10", "tcp", 80, "DNAT to endpoint"},
+		{"10.96.0.10", "tcp", 81, "no Service serves tcp port 81"},
+		{"10.96.0.20", "udp", 53, "no ready endpoints"},
+		{"10.96.200.1", "tcp", 80, "no Service has it"},
+	} {
+		walks, err := l.Trace(Packet{Src: netip.MustParseAddr("10.244.1.7"), Dst: netip.MustParseAddr(c.dst), Protocol: c.proto, Port: c.port, In: "veth7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(walks) != 1 || !strings.Contains(walks[0].Outcomes[0].Reason, c.want) {
+			t.Errorf("%s %s:%d: %+v, want a reason with %q", c.proto, c.dst, c.port, walks, c.want)
+		}
 	}
 }
