@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
@@ -24,16 +25,7 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 	klog.InfoS("Using iptables backend", "backend", backend, "reason", why)
 	metrics := iptables.NewMetrics(reg)
 	ctMetrics := conntrack.NewMetrics(reg)
-	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		runner, err := xtables.UsableRunner(backend, family)
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
-		}
+	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
 		icfg, err := iptables.ConfigFrom(cfg, family)
 		if err != nil {
 			return nil, err
@@ -43,8 +35,6 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 			// iptables-nft-restore's time grows faster than its input: big syncs go in chunks.
 			icfg.ChunkLines = 2500
 		}
-		dp := iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics)
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-	}
-	return out, nil
+		return iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics), nil
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
@@ -32,24 +33,11 @@ func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName s
 	klog.InfoS("IPVS mode", "node", nodeName, "scheduler", primary.Scheduler, "iptablesBackend", backend, "reason", why)
 	metrics := ipvs.NewMetrics(reg)
 	ctMetrics := conntrack.NewMetrics(reg)
-	var out []proxy.FamilyDataplane
-	for i, family := range families {
+	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
 		c, err := ipvs.NewConfig(cfg, family)
 		if err != nil {
 			return nil, err
 		}
-		runner, err := xtables.UsableRunner(backend, family)
-		if err == nil {
-			var dp *ipvs.Dataplane
-			if dp, err = ipvs.New(ctx, c, runner, conntrack.NewCleaner(family, ctMetrics), metrics); err == nil {
-				out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-				continue
-			}
-		}
-		if i == 0 {
-			return nil, err
-		}
-		klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-	}
-	return out, nil
+		return ipvs.New(ctx, c, runner, conntrack.NewCleaner(family, ctMetrics), metrics)
+	})
 }

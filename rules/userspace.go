@@ -18,8 +18,8 @@ import (
 )
 
 // newUserspace sets up mode userspace: the backend the node already uses for the capture rules, and per
-// family whose tools work a proxy engine and its dataplane. After the first sync of every family the
-// other modes' rules are removed (iptables, IPVS, and nftables through New's own wrapper).
+// family whose tools work a proxy engine and its dataplane. After the first sync of every family New's
+// wrapper removes the other modes' rules.
 func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
 	_ = nodeName
 	backend, why, err := xtables.Detect(ctx)
@@ -31,16 +31,7 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 	opts := userspace.EngineOptions(cfg)
 	// One descriptor budget for both families' engines: they share the process's limit.
 	opts.Budget = engine.NewBudget(engine.DefaultDescriptors())
-	var out []proxy.FamilyDataplane
-	for i, family := range proxy.Families(cfg) {
-		runner, err := xtables.UsableRunner(backend, family)
-		if err != nil {
-			if i == 0 {
-				return nil, err
-			}
-			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
-			continue
-		}
+	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
 		ucfg, err := userspace.ConfigFrom(cfg, family)
 		if err != nil {
 			return nil, err
@@ -48,10 +39,8 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 		e := engine.New(family, netip.Addr{}, opts, metrics)
 		klog.InfoS("Userspace proxy engine", "ipFamily", family, "udpIdleTimeout", e.Options().UDPIdleTimeout,
 			"tcpIdleTimeout", e.Options().IdleTimeout, "descriptorBudget", e.Options().Budget.Max(), "maxConnectionsPerServicePort", e.Options().MaxConnsPerListener)
-		dp := userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family})
-		out = append(out, proxy.FamilyDataplane{Family: family, Dataplane: dp})
-	}
-	return out, nil
+		return userspace.NewDataplane(ucfg, runner, e, userspace.FlowCleaner{Family: family}), nil
+	})
 }
 
 // cleanupUserspace removes mode userspace's capture rules from every backend and family where they are.
