@@ -21,8 +21,9 @@ import (
 // New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
 // Once every family has been synced, what the other modes left on the node is removed (theirs or
 // upstream's): mode nftables removes the iptables, IPVS and userspace rules, modes iptables and ipvs the
-// nftables tables and mode userspace's capture chains, mode userspace the other three modes' rules. Upstream removes them before its first sync; waiting for ours means Services keep working
-// through a switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
+// nftables tables and mode userspace's capture chains, mode userspace the other three modes' rules.
+// Upstream removes them before its first sync; waiting for ours means Services keep working through a
+// switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
