@@ -128,7 +128,7 @@ func TestIPVSSyncBenchmark(t *testing.T) {
 	if profile != "" {
 		config += "enableProfiling: true\n"
 	}
-	timeout := time.Duration(runs*len(impls))*(5*time.Minute+time.Duration(n)*300*time.Millisecond) + 10*time.Minute
+	timeout := time.Duration(runs*len(impls))*(5*time.Minute+time.Duration(n)*400*time.Millisecond) + 10*time.Minute
 	opts := ipvsvm.Options{
 		Agent:    agent,
 		Daemon:   ours,

@@ -163,12 +163,24 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		return err
 	}
 	report("BENCH", impl.Name+"/rss-mib", fmt.Sprintf("%.1f", rss), tag+" after the cold start")
+	heap := func(name string) {
+		if p.Profile != "" && impl.Name == "ours" {
+			if err := sendPprof(fmt.Sprintf("ours-heap-%s-%d.pprof", name, run), "heap"); err != nil {
+				logf("heap profile %s: %v", name, err)
+			}
+		}
+	}
+	heap("cold")
 	// The first sync may go on after the virtual servers are complete (upstream's does, for long): wait
 	// until the process is idle, so that the changes measure changes, not the end of the first sync.
-	if err := waitIdle(pid, 15*time.Minute); err != nil {
+	// Upstream's first sync at 10,000 Services goes on for over ten minutes under TCG.
+	if err := waitIdle(pid, 15*time.Minute+time.Duration(p.Services)*200*time.Millisecond); err != nil {
 		return fmt.Errorf("after the cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
 	}
 	report("BENCH", impl.Name+"/settled", secs(time.Since(t0)), tag+": exec -> idle after the first sync")
+	if rss, err := vmRSS(pid); err == nil {
+		report("BENCH", impl.Name+"/rss-mib-settled", fmt.Sprintf("%.1f", rss), tag+" once idle after the first sync")
+	}
 	waitCold()
 
 	// One-Service changes.
@@ -235,6 +247,10 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	if rss, err := vmRSS(pid); err == nil {
 		report("BENCH", impl.Name+"/rss-mib-end", fmt.Sprintf("%.1f", rss), tag+" after the changes and the idle period")
 	}
+	if hwm, err := procStatusMiB(pid, "VmHWM:"); err == nil {
+		report("BENCH", impl.Name+"/rss-mib-peak", fmt.Sprintf("%.1f", hwm), tag+" the largest RSS of the run (VmHWM)")
+	}
+	heap("end")
 	proc.stop()
 	return nil
 }
@@ -272,10 +288,15 @@ func reloadIPVS() error {
 // sendProfile takes a CPU profile of ours for d, from the moment its profiling server answers, and sends
 // it to the host as FILE lines.
 func sendProfile(name string, d time.Duration) error {
-	url := "http://127.0.0.1:10249/debug/pprof/profile?seconds="
+	return sendPprof(name, "profile?seconds="+strconv.Itoa(int(d.Seconds())))
+}
+
+// sendPprof fetches /debug/pprof/<what> from ours and sends it to the host as FILE lines.
+func sendPprof(name, what string) error {
+	url := "http://127.0.0.1:10249/debug/pprof/" + what
 	var resp *http.Response
 	err := waitEvery(2*time.Minute, 20*time.Millisecond, func() error {
-		r, err := http.Get(url + strconv.Itoa(int(d.Seconds())))
+		r, err := http.Get(url)
 		if err == nil {
 			resp = r
 		}
@@ -427,13 +448,16 @@ func cpuTime(pid int) (time.Duration, error) {
 }
 
 // vmRSS is a process's resident set size in MiB.
-func vmRSS(pid int) (float64, error) {
+func vmRSS(pid int) (float64, error) { return procStatusMiB(pid, "VmRSS:") }
+
+// procStatusMiB reads one of the memory figures of /proc/<pid>/status (VmRSS:, VmHWM:) in MiB.
+func procStatusMiB(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
 			if err != nil {
 				return 0, err
@@ -441,5 +465,5 @@ func vmRSS(pid int) (float64, error) {
 			return float64(kb) / 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for %d", pid)
+	return 0, fmt.Errorf("no %s for %d", field, pid)
 }
