@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,11 +31,14 @@ type Dataplane struct {
 
 	mu  sync.Mutex
 	cfg Config
-	// want is what the last snapshot wants; have is what the kernel holds as far as we know (read at full
-	// syncs, updated by every successful write).
-	want *desired
-	have *model
-	en   env
+	// want is what planned wants, planned with cfg and en; have is what the kernel holds as far as we know
+	// (read at full syncs, updated by every successful write). replan has the next full sync plan every
+	// port anew (the configuration changed).
+	want    *desired
+	planned *proxy.Snapshot
+	replan  bool
+	have    *model
+	en      env
 	// last is the last snapshot applied without error; needFull forces the next Apply to be full.
 	last     *proxy.Snapshot
 	needFull bool
@@ -66,24 +70,75 @@ var (
 	_ proxy.Reconfigurer = (*Dataplane)(nil)
 )
 
-// model is what the kernel holds, as far as the dataplane knows.
+// model is what the kernel holds, as far as the dataplane knows. Set members are not in it: they are
+// read at full syncs, and between them the kernel holds what the plan wanted (see touched).
 type model struct {
 	vs    map[vsKey]*modelVS
 	binds map[netip.Addr]bool
-	sets  [numSets]map[entry]bool
 }
 
 type modelVS struct {
 	kernelVS
-	reals map[realKey]uint32 // weight
+	reals realWeights
+}
+
+// realWeights are the real servers of a virtual server with their weights, sorted by key. A slice, not a
+// map: virtual servers have few real servers each, and at 10,000 Services a map per virtual server was
+// a sixth of the writer's heap.
+type realWeights []realWeight
+
+type realWeight struct {
+	key    realKey
+	weight uint32
+}
+
+func (rs realWeights) find(r realKey) (int, bool) {
+	return slices.BinarySearchFunc(rs, r, func(w realWeight, r realKey) int { return w.key.compare(r) })
+}
+
+// get returns the weight of r, and whether it is there.
+func (rs realWeights) get(r realKey) (uint32, bool) {
+	if i, ok := rs.find(r); ok {
+		return rs[i].weight, true
+	}
+	return 0, false
+}
+
+// weight returns the weight of r, 0 when it is not there.
+func (rs realWeights) weight(r realKey) uint32 {
+	w, _ := rs.get(r)
+	return w
+}
+
+// set adds r or changes its weight.
+func (rs *realWeights) set(r realKey, weight uint32) {
+	i, ok := rs.find(r)
+	if ok {
+		(*rs)[i].weight = weight
+		return
+	}
+	*rs = slices.Insert(*rs, i, realWeight{r, weight})
+}
+
+// del removes r.
+func (rs *realWeights) del(r realKey) {
+	if i, ok := rs.find(r); ok {
+		*rs = slices.Delete(*rs, i, i+1)
+	}
+}
+
+// realWeightsOf returns the real servers as the kernel reported them.
+func realWeightsOf(list []kernelReal) realWeights {
+	rs := make(realWeights, len(list))
+	for i, r := range list {
+		rs[i] = realWeight{r.key, r.weight}
+	}
+	slices.SortFunc(rs, func(a, b realWeight) int { return a.key.compare(b.key) })
+	return slices.CompactFunc(rs, func(a, b realWeight) bool { return a.key == b.key })
 }
 
 func newModel() *model {
-	m := &model{vs: map[vsKey]*modelVS{}, binds: map[netip.Addr]bool{}}
-	for i := range m.sets {
-		m.sets[i] = map[entry]bool{}
-	}
-	return m
+	return &model{vs: map[vsKey]*modelVS{}, binds: map[netip.Addr]bool{}}
 }
 
 // Reconfigure takes a reloaded configuration; the next Apply is full and applies it. A scheduler the
@@ -112,7 +167,7 @@ func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 		d.cfg = old
 		return err
 	}
-	d.needFull = true
+	d.needFull, d.replan = true, true
 	return nil
 }
 
@@ -132,7 +187,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		err = d.syncFull(ctx, snap)
 	} else {
 		changed = snap.Changes(d.last)
-		err = d.syncPartial(ctx, snap, changed)
+		err = d.syncPartial(ctx, snap)
 	}
 	if err != nil {
 		return err

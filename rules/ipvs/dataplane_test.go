@@ -562,3 +562,55 @@ func TestJumpsPutBack(t *testing.T) {
 		t.Errorf("jumps not put back as prepending them would (-want +got):\n%s", cmp.Diff(want.SaveAll(), got))
 	}
 }
+
+// A set member that one Service port stops wanting and another starts wanting in the same partial sync
+// stays in the kernel, whichever port is re-planned first.
+func TestPartialHandsOverSetMembers(t *testing.T) {
+	for _, newName := range []string{"default/a-new", "default/z-new"} {
+		t.Run(newName, func(t *testing.T) {
+			cfg := testConfig(v4)
+			k := newFakeKernel(t, "192.168.0.10")
+			d := newTestDataplane(t, k, cfg, nil)
+			s1 := snapshot(v4, nodeV4, svc("default/m-old", "", v1.ProtocolTCP, "10.96.0.20", 80,
+				externalIPs("203.0.113.7"), eps("10.244.3.3:80")))
+			apply(t, d, s1, true)
+			s2 := derive(s1, []string{"default/m-old"}, svc(newName, "", v1.ProtocolTCP, "10.96.0.21", 81,
+				externalIPs("203.0.113.7"), eps("10.244.3.4:80")))
+			apply(t, d, s2, false)
+			checkKernel(t, "after the partial sync", cfg, k, s2)
+		})
+	}
+}
+
+// Full syncs plan again only the ports that changed since the plan was made. The plan kept that way is
+// the plan made from scratch, also after a failed sync whose snapshot was planned but never applied: here
+// web's port goes back to the very object it was before the failure.
+func TestFullSyncKeepsThePlanOfUnchangedPorts(t *testing.T) {
+	cfg := testConfig(v4)
+	k := newFakeKernel(t, "192.168.0.10")
+	d := newTestDataplane(t, k, cfg, nil)
+	s1 := snapshot(v4, nodeV4, webSvc("10.244.2.6:8080"), dnsSvc("10.244.2.7:53"))
+	apply(t, d, s1, true)
+	var web proxy.ServicePortName
+	for name := range s1.Services {
+		if name.Name == "web" {
+			web = name
+		}
+	}
+	s2 := derive(s1, nil, webSvc("10.244.2.6:8080", "10.244.2.9:8080"))
+	k.rules[v4].fail = errors.New("iptables-restore: injected failure")
+	if err := d.Apply(context.Background(), s2, true); err == nil {
+		t.Fatal("Apply succeeded although iptables-restore failed")
+	}
+	k.rules[v4].fail = nil
+	s3 := derive(s2, []string{"kube-system/dns"}, s1.Services[web])
+	apply(t, d, s3, true)
+	checkKernel(t, "after the full sync", cfg, k, s3)
+	s4 := derive(s3, nil, dnsSvc("10.244.2.8:53"))
+	apply(t, d, s4, false)
+	apply(t, d, s4, true)
+	checkKernel(t, "after a partial and a full sync", cfg, k, s4)
+	if diff := cmp.Diff(planState(&cfg, d.plan(s4)).String(), planState(&cfg, d.want).String()); diff != "" {
+		t.Errorf("the kept plan differs from a fresh one (-fresh +kept):\n%s", diff)
+	}
+}

@@ -39,17 +39,19 @@ func newDesired() *desired {
 	return d
 }
 
-// touched records what a change of plans may have changed in the kernel state.
+// touched records what a change of plans may have changed in the kernel state. For set members it also
+// records whether each was wanted before the change: a partial sync follows a successful one, so that is
+// what the kernel holds, and no copy of the kernel's sets is kept.
 type touched struct {
 	vs    map[vsKey]struct{}
 	binds map[netip.Addr]struct{}
-	sets  [numSets]map[entry]struct{}
+	sets  [numSets]map[entry]bool // wanted before
 }
 
 func newTouched() *touched {
 	t := &touched{vs: map[vsKey]struct{}{}, binds: map[netip.Addr]struct{}{}}
 	for i := range t.sets {
-		t.sets[i] = map[entry]struct{}{}
+		t.sets[i] = map[entry]bool{}
 	}
 	return t
 }
@@ -94,7 +96,9 @@ func (d *desired) apply(name proxy.ServicePortName, p *servicePlan, delta int, t
 	}
 	for _, se := range p.entries {
 		if count(d.sets[se.set], se.e, delta) && t != nil {
-			t.sets[se.set][se.e] = struct{}{}
+			if _, seen := t.sets[se.set][se.e]; !seen {
+				t.sets[se.set][se.e] = delta < 0 // it disappeared, so it was there
+			}
 		}
 	}
 	for _, e := range p.noNodeAccess {

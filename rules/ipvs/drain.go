@@ -18,15 +18,14 @@ import (
 func (d *Dataplane) removeReals(k vsKey, want *virtualServer, have *modelVS, fresh []kernelReal) []error {
 	var errs []error
 	draining := d.draining[k]
-	var gone []realKey
-	for r := range have.reals {
-		if _, ok := slices.BinarySearchFunc(want.reals, r, realKey.compare); !ok {
-			gone = append(gone, r)
+	var gone []realKey // sorted, as have.reals is
+	for _, rw := range have.reals {
+		if _, ok := slices.BinarySearchFunc(want.reals, rw.key, realKey.compare); !ok {
+			gone = append(gone, rw.key)
 		}
 	}
-	slices.SortFunc(gone, realKey.compare)
 	for _, r := range gone {
-		if _, ok := draining[r]; ok && have.reals[r] == 0 {
+		if _, ok := draining[r]; ok && have.reals.weight(r) == 0 {
 			continue
 		}
 		if k.proto.gracefulDelete() && d.opts.drainTimeout > 0 {
@@ -38,12 +37,12 @@ func (d *Dataplane) removeReals(k vsKey, want *virtualServer, have *modelVS, fre
 				}
 			}
 			if i := slices.IndexFunc(fresh, func(f kernelReal) bool { return f.key == r }); i >= 0 && fresh[i].active+fresh[i].inactive > 0 {
-				if have.reals[r] != 0 {
+				if have.reals.weight(r) != 0 {
 					if err := d.k.ipvs.updateReal(k, r, 0); err != nil {
 						errs = append(errs, fmt.Errorf("draining real server %s of %s: %w", r, k, err))
 						continue
 					}
-					have.reals[r] = 0
+					have.reals.set(r, 0)
 				}
 				if draining == nil {
 					draining = map[realKey]time.Time{}
@@ -61,7 +60,7 @@ func (d *Dataplane) removeReals(k vsKey, want *virtualServer, have *modelVS, fre
 			errs = append(errs, fmt.Errorf("removing real server %s from %s: %w", r, k, err))
 			continue
 		}
-		delete(have.reals, r)
+		have.reals.del(r)
 		delete(draining, r)
 	}
 	if len(draining) == 0 {
@@ -101,7 +100,7 @@ func (d *Dataplane) drain() {
 			if i < 0 {
 				delete(rs, r)
 				if have != nil {
-					delete(have.reals, r)
+					have.reals.del(r)
 				}
 				continue
 			}
@@ -117,7 +116,7 @@ func (d *Dataplane) drain() {
 				"connections", conns, "timedOut", conns > 0)
 			delete(rs, r)
 			if have != nil {
-				delete(have.reals, r)
+				have.reals.del(r)
 			}
 		}
 		if len(rs) == 0 {

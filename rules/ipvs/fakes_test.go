@@ -441,11 +441,11 @@ var fakeSysctls = map[string]string{
 
 // fakeSysctl is a directory of kernel parameters.
 type fakeSysctl struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 }
 
-func newFakeSysctl(t *testing.T) fakeSysctl {
+func newFakeSysctl(t testing.TB) fakeSysctl {
 	f := fakeSysctl{t: t, root: t.TempDir()}
 	for name, v := range fakeSysctls {
 		p := filepath.Join(f.root, name)

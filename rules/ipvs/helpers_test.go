@@ -180,7 +180,7 @@ type fakeKernel struct {
 	sysctl fakeSysctl
 }
 
-func newFakeKernel(t *testing.T, eth0 ...string) *fakeKernel {
+func newFakeKernel(t testing.TB, eth0 ...string) *fakeKernel {
 	sets := newFakeSets()
 	return &fakeKernel{ipvs: newFakeIPVS(), sets: sets, links: newFakeLinks(eth0...),
 		rules: map[v1.IPFamily]*fakeRules{v4: newFakeRules(v4, sets), v6: newFakeRules(v6, sets)}, sysctl: newFakeSysctl(t)}
@@ -196,7 +196,7 @@ type fakeClock struct{ t time.Time }
 func (c *fakeClock) now() time.Time { return c.t }
 
 // newTestDataplane returns a dataplane on a fake kernel with no drain goroutine (tests call drain).
-func newTestDataplane(t *testing.T, k *fakeKernel, cfg Config, clock *fakeClock) *Dataplane {
+func newTestDataplane(t testing.TB, k *fakeKernel, cfg Config, clock *fakeClock) *Dataplane {
 	t.Helper()
 	opts := []Option{WithDrainInterval(0)}
 	if clock != nil {

@@ -182,6 +182,10 @@ type env struct {
 	local []netip.Addr
 }
 
+func (e *env) equal(o *env) bool {
+	return slices.Equal(e.nodePortIPs, o.nodePortIPs) && slices.Equal(e.local, o.local)
+}
+
 func (e *env) isLocal(a netip.Addr) bool {
 	_, ok := slices.BinarySearchFunc(e.local, a, netip.Addr.Compare)
 	return ok

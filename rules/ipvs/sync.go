@@ -28,7 +28,7 @@ func (d *Dataplane) syncFull(ctx context.Context, snap *proxy.Snapshot) error {
 
 	// Sets first: the rules restored below refer to them.
 	for id := setID(0); id < numSets; id++ {
-		if err := d.syncSet(id, have); err != nil {
+		if err := d.syncSet(id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -57,7 +57,10 @@ func (d *Dataplane) syncFull(ctx context.Context, snap *proxy.Snapshot) error {
 }
 
 // planFull reads the node's addresses (ensuring kube-ipvs0 exists, so they can be told from the Service
-// addresses on it) and plans every Service port of snap.
+// addresses on it) and brings the plan up to snap. A port's plan depends only on the port, the
+// configuration, the node and its addresses: when those three are as the plan was made with, only the
+// ports that changed since are planned again (a periodic resync of 10,000 unchanged Services then costs
+// the kernel's reading, not a new plan); otherwise every port is.
 func (d *Dataplane) planFull(snap *proxy.Snapshot) error {
 	if err := d.k.links.ensureDummy(DummyLink); err != nil {
 		return fmt.Errorf("creating the %s link: %w", DummyLink, err)
@@ -66,9 +69,31 @@ func (d *Dataplane) planFull(snap *proxy.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
-	d.en = newEnv(&d.cfg, &snap.Node, addrs)
-	d.want = d.plan(snap)
+	en := newEnv(&d.cfg, &snap.Node, addrs)
+	if d.want == nil || d.planned == nil || d.replan || !d.planned.Node.Equal(&snap.Node) || !d.en.equal(&en) {
+		d.en = en
+		d.want = d.plan(snap)
+	} else {
+		d.replanChanged(snap, nil)
+	}
+	d.planned, d.replan = snap, false
 	return nil
+}
+
+// replanChanged plans again the ports that changed between the snapshot the plan was made from and snap,
+// recording in t (which may be nil) what that touched.
+func (d *Dataplane) replanChanged(snap *proxy.Snapshot, t *touched) {
+	if snap == d.planned {
+		return
+	}
+	for _, name := range snap.Changes(d.planned) {
+		var p *servicePlan
+		if sp := snap.Services[name]; sp != nil {
+			p = planService(&d.cfg, &d.en, &snap.Node, sp)
+		}
+		d.want.set(name, p, t)
+	}
+	d.planned = snap
 }
 
 // bindAddrs reads the addresses on kube-ipvs0 into have and adds the wanted ones that are missing. It
@@ -134,10 +159,7 @@ func (d *Dataplane) syncAllVS(have *model) error {
 			errs = append(errs, fmt.Errorf("listing the real servers of %s: %w", kv.key, err))
 			continue
 		}
-		m.reals = make(map[realKey]uint32, len(rs))
-		for _, r := range rs {
-			m.reals[r.key] = r.weight
-		}
+		m.reals = realWeightsOf(rs)
 		if err := d.syncVS(kv.key, m, rs); err != nil {
 			errs = append(errs, err)
 		}
@@ -162,19 +184,13 @@ func (d *Dataplane) syncAllVS(have *model) error {
 }
 
 // syncPartial re-plans the changed Service ports and writes what they changed.
-func (d *Dataplane) syncPartial(ctx context.Context, snap *proxy.Snapshot, changed []proxy.ServicePortName) error {
+func (d *Dataplane) syncPartial(ctx context.Context, snap *proxy.Snapshot) error {
 	t := newTouched()
-	for _, name := range changed {
-		var p *servicePlan
-		if sp := snap.Services[name]; sp != nil {
-			p = planService(&d.cfg, &d.en, &snap.Node, sp)
-		}
-		d.want.set(name, p, t)
-	}
+	d.replanChanged(snap, t)
 	var errs []error
 	for id := setID(0); id < numSets; id++ {
 		for _, e := range sortedKeys(t.sets[id], entry.compare) {
-			if err := d.syncEntry(id, e); err != nil {
+			if err := d.syncEntry(id, e, t.sets[id][e]); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -193,8 +209,8 @@ func (d *Dataplane) syncPartial(ctx context.Context, snap *proxy.Snapshot, chang
 	return errors.Join(errs...)
 }
 
-// sortedKeys returns the keys of a set, sorted.
-func sortedKeys[K comparable](m map[K]struct{}, cmp func(a, b K) int) []K {
+// sortedKeys returns the keys of a map, sorted.
+func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
 	out := make([]K, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -203,8 +219,8 @@ func sortedKeys[K comparable](m map[K]struct{}, cmp func(a, b K) int) []K {
 	return out
 }
 
-// syncSet makes one set exist and hold what the plan wants (full syncs), recording its members in have.
-func (d *Dataplane) syncSet(id setID, have *model) error {
+// syncSet makes one set exist and hold what the plan wants (full syncs).
+func (d *Dataplane) syncSet(id setID) error {
 	name, typ := setName(id, d.family), setDefs[id].typ
 	cur, err := d.k.sets.listSet(name)
 	if isNotExist(err) {
@@ -216,43 +232,40 @@ func (d *Dataplane) syncSet(id setID, have *model) error {
 	if err != nil {
 		return fmt.Errorf("listing ipset %s: %w", name, err)
 	}
-	for _, e := range cur {
-		have.sets[id][e] = true
-	}
 	var errs []error
+	in := make(map[entry]struct{}, len(cur))
 	for _, e := range cur {
+		in[e] = struct{}{}
 		if d.want.sets[id][e] == 0 {
-			errs = append(errs, d.syncEntry(id, e))
+			errs = append(errs, d.syncEntry(id, e, true))
 		}
 	}
-	want := make([]entry, 0, len(d.want.sets[id]))
+	var missing []entry
 	for e := range d.want.sets[id] {
-		if !have.sets[id][e] {
-			want = append(want, e)
+		if _, ok := in[e]; !ok {
+			missing = append(missing, e)
 		}
 	}
-	slices.SortFunc(want, entry.compare)
-	for _, e := range want {
-		errs = append(errs, d.syncEntry(id, e))
+	slices.SortFunc(missing, entry.compare)
+	for _, e := range missing {
+		errs = append(errs, d.syncEntry(id, e, false))
 	}
 	return errors.Join(errs...)
 }
 
-// syncEntry adds or deletes one set member so the kernel matches the plan.
-func (d *Dataplane) syncEntry(id setID, e entry) error {
+// syncEntry adds or deletes one set member, which the kernel holds if have, so the kernel matches the plan.
+func (d *Dataplane) syncEntry(id setID, e entry, have bool) error {
 	name, typ := setName(id, d.family), setDefs[id].typ
-	want, have := d.want.sets[id][e] > 0, d.have.sets[id][e]
+	want := d.want.sets[id][e] > 0
 	switch {
 	case want && !have:
 		if err := d.k.sets.addEntry(name, typ, e); err != nil && !isExist(err) {
 			return fmt.Errorf("adding %s to ipset %s: %w", e, name, err)
 		}
-		d.have.sets[id][e] = true
 	case !want && have:
 		if err := d.k.sets.delEntry(name, typ, e); err != nil && !isNotExist(err) {
 			return fmt.Errorf("deleting %s from ipset %s: %w", e, name, err)
 		}
-		delete(d.have.sets[id], e)
 	}
 	return nil
 }
@@ -330,10 +343,7 @@ func (d *Dataplane) ensureService(k vsKey, want *virtualServer, have *modelVS, f
 		if err != nil {
 			return nil, nil, fmt.Errorf("creating IPVS service %s: %w", k, err)
 		}
-		have = &modelVS{kernelVS: kv, reals: map[realKey]uint32{}}
-		for _, r := range fresh {
-			have.reals[r.key] = r.weight
-		}
+		have = &modelVS{kernelVS: kv, reals: realWeightsOf(fresh)}
 		d.have.vs[k] = have
 	case !want.sameService(have.scheduler, have.flags, have.timeout):
 		if err := d.k.ipvs.updateService(kv); err != nil {
@@ -350,7 +360,7 @@ func (d *Dataplane) addReals(k vsKey, want *virtualServer, have *modelVS) []erro
 	var errs []error
 	draining := d.draining[k]
 	for _, r := range want.reals {
-		w, ok := have.reals[r]
+		w, ok := have.reals.get(r)
 		switch {
 		case !ok:
 			err := d.k.ipvs.createReal(k, r, 1)
@@ -368,7 +378,7 @@ func (d *Dataplane) addReals(k vsKey, want *virtualServer, have *modelVS) []erro
 				continue
 			}
 		}
-		have.reals[r] = 1
+		have.reals.set(r, 1)
 		delete(draining, r)
 	}
 	return errs
