@@ -56,7 +56,7 @@ func cleanupUserspace(ctx context.Context) error {
 			if err != nil {
 				continue
 			}
-			if ok, err := userspace.Present(ctx, runner); err != nil || !ok {
+			if ok, err := userspace.Present(runner); err != nil || !ok {
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
 				}
