@@ -162,7 +162,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	if err != nil {
 		return err
 	}
-	report("BENCH", impl.Name+"/rss-mib", fmt.Sprintf("%.1f", rss), tag+" after the cold start")
+	report("BENCH", impl.Name+"/rss-mib", fmt.Sprintf("%.1f", rss), tag+" after the cold start"+rssParts(pid))
 	heap := func(name string) {
 		if p.Profile != "" && impl.Name == "ours" {
 			if err := sendPprof(fmt.Sprintf("ours-heap-%s-%d.pprof", name, run), "heap"); err != nil {
@@ -179,7 +179,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	}
 	report("BENCH", impl.Name+"/settled", secs(time.Since(t0)), tag+": exec -> idle after the first sync")
 	if rss, err := vmRSS(pid); err == nil {
-		report("BENCH", impl.Name+"/rss-mib-settled", fmt.Sprintf("%.1f", rss), tag+" once idle after the first sync")
+		report("BENCH", impl.Name+"/rss-mib-settled", fmt.Sprintf("%.1f", rss), tag+" once idle after the first sync"+rssParts(pid))
 	}
 	waitCold()
 
@@ -245,7 +245,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	}
 	report("BENCH", impl.Name+"/idle-cpu", secs(cpu2-cpu1), fmt.Sprintf("%s over %s", tag, idle))
 	if rss, err := vmRSS(pid); err == nil {
-		report("BENCH", impl.Name+"/rss-mib-end", fmt.Sprintf("%.1f", rss), tag+" after the changes and the idle period")
+		report("BENCH", impl.Name+"/rss-mib-end", fmt.Sprintf("%.1f", rss), tag+" after the changes and the idle period"+rssParts(pid))
 	}
 	if hwm, err := procStatusMiB(pid, "VmHWM:"); err == nil {
 		report("BENCH", impl.Name+"/rss-mib-peak", fmt.Sprintf("%.1f", hwm), tag+" the largest RSS of the run (VmHWM)")
@@ -449,6 +449,17 @@ func cpuTime(pid int) (time.Duration, error) {
 
 // vmRSS is a process's resident set size in MiB.
 func vmRSS(pid int) (float64, error) { return procStatusMiB(pid, "VmRSS:") }
+
+// rssParts says how much of the RSS is anonymous memory (the heap, stacks) and how much the executable's
+// and libraries' pages.
+func rssParts(pid int) string {
+	anon, err1 := procStatusMiB(pid, "RssAnon:")
+	file, err2 := procStatusMiB(pid, "RssFile:")
+	if err1 != nil || err2 != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (anonymous %.1f, file %.1f)", anon, file)
+}
 
 // procStatusMiB reads one of the memory figures of /proc/<pid>/status (VmRSS:, VmHWM:) in MiB.
 func procStatusMiB(pid int, field string) (float64, error) {
