@@ -24,7 +24,8 @@ type cleaner interface {
 	Clean(snap *proxy.Snapshot) error
 }
 
-// staleAfter is how long a flushed per-Service chain waits before it is deleted.
+// staleAfter is how long a flushed per-Service chain waits before it is deleted, and so do the old rules
+// left behind inserted ones (plan.supersede) and the affinity sets only those name.
 const staleAfter = time.Second
 
 // Dataplane is mode nftables for one IP family: upstream's kube-proxy table, written through kernel.
@@ -53,7 +54,7 @@ type Dataplane struct {
 
 	// applyMu is held by Apply and by the watcher's check, so that they take turns.
 	applyMu sync.Mutex
-	// staleFlushed tells the watcher that a sync flushed chains, to be deleted staleAfter later.
+	// staleFlushed tells the watcher that a sync left chains, rules or sets to delete staleAfter later.
 	staleFlushed chan struct{}
 
 	// mu guards what Reconfigure changes; Apply runs on the sync goroutine.
@@ -184,7 +185,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 	}
 	next.commit(p, now)
-	if p.flushedStale() {
+	if p.leavesLeftovers() {
 		select {
 		case d.staleFlushed <- struct{}{}:
 		default:
@@ -212,29 +213,70 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	return nil
 }
 
-// deleteStale deletes the per-Service chains flushed at least staleAfter ago.
+// deleteStale deletes, in one transaction, what syncs left behind at least staleAfter ago: the old rules
+// behind inserted ones (by handle, read from the kernel), then the flushed per-Service chains, then the
+// affinity sets nothing wants. When chains or sets are due, every pending trim goes first, however recent
+// (its insertion was an earlier transaction): its old rules may jump to those chains or name those sets.
 func (d *Dataplane) deleteStale(ctx context.Context, now time.Time) error {
-	var due []string
+	due := func(at time.Time) bool { return now.Sub(at) >= staleAfter }
+	var chains, sets, trims []string
 	for c, at := range d.m.stale {
-		if now.Sub(at) >= staleAfter {
-			due = append(due, c)
+		if due(at) {
+			chains = append(chains, c)
 		}
 	}
-	if len(due) == 0 {
+	for s, at := range d.m.staleSets {
+		if due(at) {
+			sets = append(sets, s)
+		}
+	}
+	for c, tr := range d.m.trims {
+		if due(tr.at) || len(chains) > 0 || len(sets) > 0 {
+			trims = append(trims, c)
+		}
+	}
+	if len(chains)+len(sets)+len(trims) == 0 {
 		return nil
 	}
-	slices.Sort(due)
+	slices.Sort(chains)
+	slices.Sort(sets)
+	slices.Sort(trims)
 	t := newTx(d.renderer.fam)
-	for _, c := range due {
+	rules := 0
+	if len(trims) > 0 {
+		handles, err := d.kernel.RuleHandles(ctx, trims)
+		if err != nil {
+			return fmt.Errorf("reading the rules to delete: %w", err)
+		}
+		for _, c := range trims {
+			hs := handles[c]
+			for _, h := range hs[min(d.m.trims[c].keep, len(hs)):] {
+				t.add(op{kind: opDelete, target: c, handle: h})
+				rules++
+			}
+		}
+	}
+	for _, c := range chains {
 		t.add(op{kind: opDelete, chain: &chainSpec{name: c}})
 	}
-	if err := d.kernel.Run(ctx, t); err != nil {
-		return fmt.Errorf("deleting %d stale chains: %w", len(due), err)
+	for _, s := range sets {
+		t.add(op{kind: opDelete, set: &setSpec{name: s, key: layoutAddr}})
 	}
-	for _, c := range due {
+	if !t.empty() {
+		if err := d.kernel.Run(ctx, t); err != nil {
+			return fmt.Errorf("deleting %d old rules, %d stale chains and %d stale sets: %w", rules, len(chains), len(sets), err)
+		}
+	}
+	for _, c := range trims {
+		delete(d.m.trims, c)
+	}
+	for _, c := range chains {
 		delete(d.m.stale, c)
 	}
-	klog.V(2).InfoS("Deleted stale nftables chains", "ipFamily", d.family, "chains", len(due))
+	for _, s := range sets {
+		delete(d.m.staleSets, s)
+	}
+	klog.V(2).InfoS("Deleted what syncs left behind", "ipFamily", d.family, "rules", rules, "chains", len(chains), "sets", len(sets))
 	return nil
 }
 

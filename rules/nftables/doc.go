@@ -9,7 +9,10 @@
 // it puts in the shared sets and maps. The planner (plan.go) turns them into transactions: against a
 // mirror of what was written (state.go) for partial syncs, which write only the Service ports that
 // changed and only what differs; or, when what the kernel holds is unknown, into a rebuild read from
-// the kernel and written in transactions that each leave a working table. The shared elements are
+// the kernel and written in transactions that each leave a working table. A chain whose old rule picks an
+// endpoint through an anonymous map is not flushed and refilled: its new rules are inserted ahead of the
+// old ones, which are deleted (by handle) a second later, since the kernel makes a deleted rule's map
+// miss for packets already on their way through it (plan.supersede). The shared elements are
 // reference-counted, so two ports wanting the same element (two ports of one cluster IP) do not remove
 // it from each other.
 //

@@ -179,7 +179,9 @@ func (e *encoder) encode(t *tx) {
 		case o.chain != nil:
 			e.chainOp(o, desc)
 		case o.rule != nil:
-			e.rule(o.target, o.rule, desc)
+			e.rule(o.target, o.rule, o.kind == opInsert, desc)
+		case o.handle != 0:
+			e.deleteRule(o, desc)
 		case o.set != nil:
 			e.setOp(o, desc)
 		case o.counter != "":
@@ -524,8 +526,9 @@ func (e *encoder) emitAnon(s *anonSet, desc string) {
 	}
 }
 
-// rule appends a rule: the anonymous sets it needs, then the rule itself.
-func (e *encoder) rule(chain string, r *ruleSpec, desc string) {
+// rule appends a rule: the anonymous sets it needs, then the rule itself, added at the end of its chain or
+// (insert) at its head.
+func (e *encoder) rule(chain string, r *ruleSpec, insert bool, desc string) {
 	var exprs []expr.Any
 	for _, t := range r.terms {
 		exprs = e.terms(exprs, t, desc)
@@ -546,7 +549,20 @@ func (e *encoder) rule(chain string, r *ruleSpec, desc string) {
 	if r.comment != "" {
 		ae.Bytes(unix.NFTA_RULE_USERDATA, commentData(r.comment))
 	}
-	e.msg(unix.NFT_MSG_NEWRULE, netlink.Create|netlink.Append, ae, desc)
+	flags := netlink.Create | netlink.Append
+	if insert {
+		flags = netlink.Create
+	}
+	e.msg(unix.NFT_MSG_NEWRULE, flags, ae, desc)
+}
+
+// deleteRule deletes one rule of a chain by its handle.
+func (e *encoder) deleteRule(o *op, desc string) {
+	ae := e.attrs()
+	e.table(ae, unix.NFTA_RULE_TABLE)
+	ae.String(unix.NFTA_RULE_CHAIN, o.target)
+	ae.Uint64(unix.NFTA_RULE_HANDLE, o.handle)
+	e.msg(unix.NFT_MSG_DELRULE, 0, ae, desc)
 }
 
 func le32(v uint32) []byte { return binaryutil.NativeEndian.PutUint32(v) }

@@ -14,6 +14,9 @@ type kernel interface {
 	Run(ctx context.Context, t *tx) error
 	// Read returns what the table holds; nil when the table does not exist.
 	Read(ctx context.Context) (*kernelState, error)
+	// RuleHandles returns the handles of the rules of each of chains, in the chain's order; a chain
+	// that does not exist has none.
+	RuleHandles(ctx context.Context, chains []string) (map[string][]uint64, error)
 }
 
 // kernelState is what the kernel's table holds: its chains (with the hook, type and priority of the base

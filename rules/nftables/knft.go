@@ -37,6 +37,8 @@ func (k *knftKernel) transaction(t *tx) *knftables.Transaction {
 				kt.Flush(obj)
 			case opDelete:
 				kt.Delete(obj)
+			case opInsert:
+				kt.Insert(obj)
 			}
 		}
 		switch {
@@ -57,6 +59,8 @@ func (k *knftKernel) transaction(t *tx) *knftables.Transaction {
 				r.Comment = knftables.PtrTo(o.rule.comment)
 			}
 			do(r)
+		case o.handle != 0:
+			do(&knftables.Rule{Chain: o.target, Handle: knftables.PtrTo(int(o.handle))})
 		case o.set != nil:
 			do(k.knftSet(o.set, o.kind))
 		case o.counter != "":
@@ -139,6 +143,26 @@ func (k *knftKernel) knftSet(s *setSpec, kind opKind) knftables.Object {
 		}
 	}
 	return set
+}
+
+// RuleHandles lists the rules of each chain.
+func (k *knftKernel) RuleHandles(ctx context.Context, chains []string) (map[string][]uint64, error) {
+	out := map[string][]uint64{}
+	for _, c := range chains {
+		rules, err := k.nft.ListRules(ctx, c)
+		if err != nil {
+			if knftables.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("listing the rules of %s: %w", c, err)
+		}
+		for _, r := range rules {
+			if r.Handle != nil {
+				out[c] = append(out[c], uint64(*r.Handle))
+			}
+		}
+	}
+	return out, nil
 }
 
 // Read lists the table's chains, sets and maps, and the elements of the shared ones.

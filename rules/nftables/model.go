@@ -185,14 +185,16 @@ const (
 	opAdd opKind = iota + 1
 	opFlush
 	opDelete
+	opInsert // a rule, at the head of its chain
 )
 
 func (k opKind) String() string {
-	return [...]string{"", "add", "flush", "delete"}[k]
+	return [...]string{"", "add", "flush", "delete", "insert"}[k]
 }
 
-// op is one command of a transaction. Exactly one of its object fields is set; for rules, chain names
-// the chain appended to; for elements, set names the set or map and elems holds one or more elements.
+// op is one command of a transaction. Exactly one of its object fields is set; for rules, target names
+// the chain appended (opAdd) or prepended (opInsert) to, and a rule deleted is named by target and handle;
+// for elements, target names the set or map and elems holds one or more elements.
 type op struct {
 	kind    opKind
 	table   bool // the table itself
@@ -200,6 +202,8 @@ type op struct {
 	rule    *ruleSpec
 	set     *setSpec
 	counter string
+	// handle is the kernel's handle of a rule deleted (opDelete).
+	handle uint64
 	// target is the chain of a rule, or the set of elements.
 	target string
 	elems  []element
@@ -262,6 +266,8 @@ func (o *op) text(b *strings.Builder, f *family) {
 	case o.rule != nil:
 		b.WriteString(prefix + "rule " + f.name + " " + TableName + " " + o.target + " ")
 		o.rule.text(b, f)
+	case o.handle != 0:
+		b.WriteString(prefix + "rule " + f.name + " " + TableName + " " + o.target + " handle " + strconv.FormatUint(o.handle, 10))
 	case o.set != nil:
 		s := o.set
 		kind := "set"

@@ -72,6 +72,38 @@ func (k *netlinkKernel) Run(_ context.Context, t *tx) error {
 	return k.sock.batch(e.msgs, e.descs)
 }
 
+// ruleDumpChains is how many chains RuleHandles lists one by one; for more it lists the whole table once.
+const ruleDumpChains = 32
+
+// RuleHandles lists the handles of the rules of chains: each chain's rules when there are few, else every
+// rule of the table (one dump, the rules' expressions skipped).
+func (k *netlinkKernel) RuleHandles(_ context.Context, chains []string) (map[string][]uint64, error) {
+	if len(chains) > ruleDumpChains {
+		all, err := k.sock.ruleHandles(k.fam.nfproto(), "")
+		if err != nil {
+			return nil, fmt.Errorf("listing the rules of the table: %w", err)
+		}
+		out := map[string][]uint64{}
+		for _, c := range chains {
+			if hs := all[c]; len(hs) > 0 {
+				out[c] = hs
+			}
+		}
+		return out, nil
+	}
+	out := map[string][]uint64{}
+	for _, c := range chains {
+		hs, err := k.sock.ruleHandles(k.fam.nfproto(), c)
+		if err != nil {
+			return nil, fmt.Errorf("listing the rules of %s: %w", c, err)
+		}
+		if len(hs[c]) > 0 {
+			out[c] = hs[c]
+		}
+	}
+	return out, nil
+}
+
 func (k *netlinkKernel) table() *gnft.Table {
 	tf := gnft.TableFamilyIPv4
 	if k.fam == familyIPv6 {
@@ -390,6 +422,100 @@ func (s *batchSocket) batch(msgs []netlink.Message, descs []string) error {
 		return fmt.Errorf("the kernel did not acknowledge the batch of %d commands", len(msgs))
 	}
 	return nil
+}
+
+// ruleHandles dumps the rules of one chain of the table (every chain when chain is empty) and returns
+// their handles by chain, in each chain's order. A missing table or chain has no rules.
+func (s *batchSocket) ruleHandles(nfproto byte, chain string) (map[string][]uint64, error) {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(unix.NFTA_RULE_TABLE, TableName)
+	if chain != "" {
+		ae.String(unix.NFTA_RULE_CHAIN, chain)
+	}
+	attrs, err := ae.Encode()
+	if err != nil {
+		return nil, err
+	}
+	s.seq++
+	req := netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETRULE),
+			Flags: netlink.Request | netlink.Dump, Sequence: s.seq},
+		Data: append([]byte{nfproto, unix.NFNETLINK_V0, 0, 0}, attrs...),
+	}
+	req.Header.Length = uint32(unix.NLMSG_HDRLEN + len(req.Data))
+	b, err := req.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Sendto(s.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, fmt.Errorf("asking for the rules: %w", err)
+	}
+	out := map[string][]uint64{}
+	rbuf := make([]byte, 1<<18)
+	for {
+		n, _, err := unix.Recvfrom(s.fd, rbuf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the rules: %w", err)
+		}
+		for b := rbuf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
+			var m netlink.Message
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < unix.NLMSG_HDRLEN || l > len(b) {
+				return nil, fmt.Errorf("reading the rules: a message of %d bytes in %d", l, len(b))
+			}
+			if err := m.UnmarshalBinary(b[:l]); err != nil {
+				return nil, fmt.Errorf("reading the rules: %w", err)
+			}
+			b = b[min(len(b), (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
+			if m.Header.Sequence != s.seq {
+				continue
+			}
+			if m.Header.Flags&netlink.DumpInterrupted != 0 {
+				return nil, errors.New("the rules changed while they were listed")
+			}
+			switch m.Header.Type {
+			case netlink.Done:
+				return out, nil
+			case netlink.Error:
+				if len(m.Data) < 4 {
+					return nil, errors.New("reading the rules: a short error message")
+				}
+				code := int32(binary.NativeEndian.Uint32(m.Data))
+				switch {
+				case code == 0:
+					continue
+				case unix.Errno(-code) == unix.ENOENT:
+					return out, nil
+				}
+				return nil, fmt.Errorf("listing the rules: %w", unix.Errno(-code))
+			}
+			if len(m.Data) < 4 {
+				continue
+			}
+			ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+			if err != nil {
+				return nil, fmt.Errorf("reading a rule: %w", err)
+			}
+			ad.ByteOrder = binary.BigEndian
+			var c string
+			var h uint64
+			for ad.Next() {
+				switch ad.Type() {
+				case unix.NFTA_RULE_CHAIN:
+					c = ad.String()
+				case unix.NFTA_RULE_HANDLE:
+					h = ad.Uint64()
+				}
+			}
+			if err := ad.Err(); err != nil {
+				return nil, fmt.Errorf("reading a rule: %w", err)
+			}
+			out[c] = append(out[c], h)
+		}
+	}
 }
 
 // extAckMessage returns the kernel's error message from an extended acknowledgement, if any.

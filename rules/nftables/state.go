@@ -24,10 +24,23 @@ type mirror struct {
 	// deleted a second later (kernels before 6.2 still count a reference from a map element removed in
 	// the same transaction).
 	stale map[string]time.Time
+	// trims holds the chains whose new rules were inserted ahead of old ones (plan.supersede): the old
+	// ones, after the first keep, are deleted a second later.
+	trims map[string]trim
+	// staleSets holds the affinity sets nothing wants any more that old rules left in a chain may still
+	// name, with when: they are deleted after those rules.
+	staleSets map[string]time.Time
+}
+
+// trim is a chain's old rules waiting to be deleted: every rule after the first keep.
+type trim struct {
+	keep int
+	at   time.Time
 }
 
 func newMirror() *mirror {
-	return &mirror{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]time.Time{}}
+	return &mirror{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]time.Time{},
+		trims: map[string]trim{}, staleSets: map[string]time.Time{}}
 }
 
 // written returns the objects written for a Service port (nil when it was not).
@@ -84,6 +97,13 @@ type plan struct {
 	svcs  map[proxy.ServicePortName]*proxy.ServicePort
 	elems map[elemRef]*elemEntry
 	stale map[string]bool // true: flushed now, delete later; false: wanted again
+	// trim holds the chains written by insertion, with how many of their rules are new; 0 cancels a
+	// pending trim (the chain was flushed).
+	trim map[string]int
+	// staleSets holds the affinity sets to delete later (true) or no longer (false: wanted again).
+	staleSets map[string]bool
+	// kernelChains are the chains the kernel holds, in a rebuild.
+	kernelChains map[string]bool
 	// r, base and in are what the base objects and the per-Service chains were written from.
 	r    *renderer
 	base *baseObjects
@@ -93,7 +113,8 @@ type plan struct {
 }
 
 func newPlan() *plan {
-	return &plan{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]bool{}}
+	return &plan{svcs: map[proxy.ServicePortName]*proxy.ServicePort{}, elems: map[elemRef]*elemEntry{}, stale: map[string]bool{},
+		trim: map[string]int{}, staleSets: map[string]bool{}}
 }
 
 // commit applies a successful plan to the mirror.
@@ -113,21 +134,57 @@ func (m *mirror) commit(p *plan, now time.Time) {
 			m.elems[ref] = e
 		}
 	}
+	for c, keep := range p.trim {
+		switch tr, ok := m.trims[c]; {
+		case keep == 0:
+			delete(m.trims, c)
+		case ok:
+			// Due when the oldest of its old rules is: a chain rewritten again and again still gets them
+			// deleted, the newest ones with the others (their insertion was an earlier transaction).
+			m.trims[c] = trim{keep: keep, at: tr.at}
+		default:
+			m.trims[c] = trim{keep: keep, at: now}
+		}
+	}
 	for c, flushed := range p.stale {
 		if flushed {
 			if _, ok := m.stale[c]; !ok {
 				m.stale[c] = now
 			}
+			delete(m.trims, c)
 		} else {
 			delete(m.stale, c)
 		}
 	}
+	for s, stale := range p.staleSets {
+		if !stale {
+			delete(m.staleSets, s)
+		} else if _, ok := m.staleSets[s]; !ok {
+			m.staleSets[s] = now
+		}
+	}
 }
 
-// flushedStale reports whether the plan flushes chains that are to be deleted later.
-func (p *plan) flushedStale() bool {
+// leavesLeftovers reports whether the plan leaves something to delete later: chains it flushes, old rules
+// behind inserted ones, affinity sets those may name.
+func (p *plan) leavesLeftovers() bool {
 	for _, flushed := range p.stale {
 		if flushed {
+			return true
+		}
+	}
+	for _, stale := range p.staleSets {
+		if stale {
+			return true
+		}
+	}
+	return p.inserted()
+}
+
+// inserted reports whether the plan writes a chain by insertion.
+func (p *plan) inserted() bool {
+	for _, keep := range p.trim {
+		if keep > 0 {
 			return true
 		}
 	}
