@@ -251,9 +251,11 @@ func normalized(tabs map[string]*harness.NFTTable) map[string]string {
 }
 
 // waitSettled waits until both families' tables exist, hold every chain in want (table ip; in a
-// dual-stack bed table ip6 too), and read the same (normalised) twice in a row half a second apart, and
-// returns the last reading. It is how a test knows that a proxy has written everything, including
-// upstream's, which reports healthy before it syncs and syncs each family on its own.
+// dual-stack bed table ip6 too), and read the same (normalised) twice in a row more than staleDelay apart,
+// and returns the last reading. It is how a test knows that a proxy has written everything, including
+// upstream's, which reports healthy before it syncs and syncs each family on its own, and that ours has
+// deleted what its rewrite left for a second later (the old rules behind the ones it inserted into the
+// Service chains that were there).
 func (b *bed) waitSettled(t testing.TB, want []string) map[string]*harness.NFTTable {
 	t.Helper()
 	withChains := []string{"ip"}
@@ -263,7 +265,7 @@ func (b *bed) waitSettled(t testing.TB, want []string) map[string]*harness.NFTTa
 	var last map[string]string
 	var tabs map[string]*harness.NFTTable
 	harness.Eventually(t, "both tables to settle", 60*time.Second, func() (bool, string) {
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(staleDelay)
 		tabs = b.listings(t)
 		for _, fam := range families {
 			if tabs[fam] == nil {

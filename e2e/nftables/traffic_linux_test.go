@@ -228,8 +228,8 @@ func TestTraffic(t *testing.T) {
 
 // endpointChurn removes and adds endpoints of Service svc while TCP and UDP traffic flows to it. Pod 1
 // stays an endpoint throughout; pods 2 and 3 leave and come back. A pod removed from the Service is cut
-// off (its namespace drops everything coming in) once the rules no longer name it, so a connection still
-// sent its way fails.
+// off (its namespace drops everything coming in) once the rules no longer name it and no UDP conntrack
+// entry leads to it any more, so a connection still sent its way fails.
 //
 // TCP: no connection may fail. UDP: each pod counts the requests it receives and the answers it sends
 // (nftables counters in the pod's own namespace, ahead of the cut), which accounts for every request:
@@ -308,11 +308,33 @@ func endpointChurn(t *testing.T, b *bed, svc *corev1.Service) {
 	udpTr := harness.StartTraffic(client, []harness.Target{{Network: "udp", Addr: udpAddr}})
 	tr := tcpTr
 	tr.WaitFor(t, 40)
+	// udpFlowsTo counts the node's UDP conntrack entries of the Service whose replies come from pod p:
+	// until the sync that removed p has deleted them (its conntrack cleanup follows the rules, 0.1 to
+	// 0.4 s later here under load), a request from a client port used before follows its entry to p.
+	udpFlowsTo := func(p int) int {
+		t.Helper()
+		ctx, cancel := b.Ctx()
+		defer cancel()
+		out, err := b.Topo.Node.Run(ctx, "conntrack", "-L", "-p", "udp", "--orig-dst", svc.Spec.ClusterIP, "--reply-src", harness.PodIP(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, summary, _ := strings.Cut(out, "(conntrack-tools): ")
+		n, err := strconv.Atoi(strings.Fields(summary + " x")[0])
+		if err != nil {
+			t.Fatalf("conntrack -L: %q", out)
+		}
+		return n
+	}
 	remove := func(p int) {
 		t.Helper()
 		delete(current, p)
 		keep := apply()
 		waitRules(p, false)
+		harness.Eventually(t, "the conntrack cleanup", 10*time.Second, func() (bool, string) {
+			n := udpFlowsTo(p)
+			return n == 0, strconv.Itoa(n) + " UDP conntrack entries still lead to pod" + strconv.Itoa(p)
+		})
 		time.Sleep(300 * time.Millisecond) // connections made just before the change finish
 		podNFT(p, "add table inet cut; add chain inet cut in { type filter hook input priority 0; policy drop; }")
 		tr.WaitMore(t, 40)
