@@ -13,7 +13,49 @@ type Params struct {
 	// SideBySide, when set, runs kube-proxy implementations in IPVS mode one after the other against the
 	// host's apiserver, which holds the benchmark's Services (see BenchClusterIP), and measures them.
 	SideBySide *SideBySideParams `json:"sideBySide,omitempty"`
+	// Faults, when set, runs the fault table's rows for mode ipvs (see FaultsParams).
+	Faults *FaultsParams `json:"faults,omitempty"`
 }
+
+// FaultsParams describe the fault rows of a VM run: the daemon runs against the host's apiserver with
+// traffic from the client namespace to Service web (pods 1-3, a cluster IP and a NodePort), and the agent
+// breaks one thing at a time, measures, and sends each row as a ROW line (a JSON faults.Row). What it
+// needs the host to do (stop or start the apiserver, create a Service) it asks over HTTP at Control.
+type FaultsParams struct {
+	// Faults are the rows to measure, by name (see FaultNames); empty measures them all.
+	Faults []string `json:"faults,omitempty"`
+	// Binary is the daemon's path in the guest; FaultsBinary the faults build's (-tags faultinject), empty
+	// when there is none (the apply-failing row is then skipped).
+	Binary       string `json:"binary"`
+	FaultsBinary string `json:"faultsBinary,omitempty"`
+	// Config is the daemon's configuration file in the guest (the agent edits it for the reload rows).
+	Config string `json:"config"`
+	// Control is the host's control URL as the guest reaches it (http://10.0.2.2:<port>): GET
+	// <Control>/<action>?<args> returns once the host has done it, with the Service's cluster IP for the
+	// create actions (FaultActions).
+	Control string `json:"control"`
+	// WebIP and WebNodePort are Service web's cluster IP and TCP node port (port 80, pods 1-3).
+	WebIP       string `json:"webIP"`
+	WebNodePort int    `json:"webNodePort"`
+	// SyncPeriod is the configured ipvs.syncPeriod; Baseline, APIDown and FailFor how long the baseline,
+	// the apiserver outage and the failing writes last; Big the endpoints of the kill row's Service.
+	SyncPeriod string `json:"syncPeriod"`
+	Baseline   string `json:"baseline"`
+	APIDown    string `json:"apiDown"`
+	FailFor    string `json:"failFor"`
+	Big        int    `json:"big"`
+}
+
+// FaultNames are the fault rows the agent knows, in the order it measures them.
+var FaultNames = []string{"baseline", "apiserver-down", "state-removed", "reload", "kill-during-sync", "apply-failing"}
+
+// FaultActions are what the agent may ask the host at FaultsParams.Control.
+const (
+	ActionStopAPIServer  = "stop-apiserver"  // stop kube-apiserver (SIGTERM), etcd stays
+	ActionStartAPIServer = "start-apiserver" // start it again and wait for /readyz
+	ActionCreate         = "create"          // ?name=&pod=: a ClusterIP Service (TCP 80) with pod <pod> behind it
+	ActionCreateBig      = "create-big"      // ?name=&n=: a ClusterIP Service with n endpoints no pod has
+)
 
 // SideBySideParams describe the side-by-side benchmark: the same workload, the same observer (the
 // kernel's IPVS table, read by the agent) for every implementation, each run alternating their order.
@@ -99,6 +141,7 @@ const (
 //	KPVM WAIT <what>                           the agent waits for the host (create-service, delete-service)
 //	KPVM NOTE <text>                           something the host should log
 //	KPVM FILE <name> <base64>                  a piece of a file for the host (pieces in order)
+//	KPVM ROW <json>                            one fault table row (a faults.Row of package e2e/faults)
 //	KPVM DONE <exit code>                      the agent finished
 const Prefix = "KPVM "
 

@@ -2,7 +2,8 @@
 
 // Command guest is the agent the IPVS VM tests run inside the VM (as the child of /init): it makes pod and
 // client namespaces, drives rules/ipvs through scenarios with real traffic, runs the sync benchmark and
-// the daemon part, and reports on the console with the protocol of package ipvsvm.
+// the daemon part and the fault table's rows (faults.go), and reports on the console with the protocol
+// of package ipvsvm.
 //
 //	guest run                 everything /kp/params.json asks for
 package main
@@ -64,7 +65,7 @@ func run() int {
 	}
 	logf("network ready in %v", time.Since(start).Round(time.Millisecond))
 	rc := 0
-	if len(p.Cases) > 0 || (p.Bench == 0 && p.Daemon == nil && p.SideBySide == nil) {
+	if len(p.Cases) > 0 || (p.Bench == 0 && p.Daemon == nil && p.SideBySide == nil && p.Faults == nil) {
 		if !runCases(p.Cases) {
 			rc = 1
 		}
@@ -90,6 +91,9 @@ func run() int {
 		} else {
 			report("CASE", "daemon", "PASS", "with the kube-proxy binary")
 		}
+	}
+	if p.Faults != nil && !faultRows(p.Faults) {
+		rc = 1
 	}
 	report("DONE", rc)
 	return rc
