@@ -85,7 +85,13 @@ func render(rows []faults.Row, command string) []byte {
 	fmt.Fprintf(&b, "# Reliability: the fault table\n\n")
 	fmt.Fprintf(&b, "Written by `go run ./e2e/faults/report` from the results of the e2e/faults tests (`%s`), not by hand.\n", command)
 	fmt.Fprintf(&b, "Each row breaks one thing on a node running the daemon in network namespaces (a real kube-apiserver, real\n")
-	fmt.Fprintf(&b, "kernel rules, connections flowing from a client to a cluster IP and a NodePort) and records what happened.\n\n")
+	fmt.Fprintf(&b, "kernel rules, connections flowing from a client to a cluster IP and a NodePort) and records what happened.\n")
+	if slices.ContainsFunc(rows, func(r faults.Row) bool { return r.Mode == "ipvs" }) {
+		fmt.Fprintf(&b, "Mode ipvs's rows run in a qemu VM booting Debian's stock kernel under software emulation (TCG: this host's\n")
+		fmt.Fprintf(&b, "kernel has no IP_VS; e2e/ipvsvm's TestIPVSFaultsInVM), with the same traffic inside the VM: everything there\n")
+		fmt.Fprintf(&b, "runs several times slower, so compare those rows with their own baseline.\n")
+	}
+	fmt.Fprintf(&b, "\n")
 	fmt.Fprintf(&b, "- Measured %s – %s UTC, %s, on %d CPUs (%s/%s).\n", first.Format("2006-01-02 15:04"), last.Format("15:04"), form, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&b, "- *Sent/failed*: connections to Services that existed before the fault, made while it lasted.\n")
 	fmt.Fprintf(&b, "- *Converge*: how long the node took to be right again (what is timed is said in each cell).\n\n")
