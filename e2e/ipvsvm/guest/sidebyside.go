@@ -451,14 +451,15 @@ func cpuTime(pid int) (time.Duration, error) {
 func vmRSS(pid int) (float64, error) { return procStatusMiB(pid, "VmRSS:") }
 
 // rssParts says how much of the RSS is anonymous memory (the heap, stacks) and how much the executable's
-// and libraries' pages.
+// pages, which are shared memory here (the guest runs binaries from its initramfs) or file pages.
 func rssParts(pid int) string {
 	anon, err1 := procStatusMiB(pid, "RssAnon:")
 	file, err2 := procStatusMiB(pid, "RssFile:")
-	if err1 != nil || err2 != nil {
+	shmem, err3 := procStatusMiB(pid, "RssShmem:")
+	if err1 != nil || err2 != nil || err3 != nil {
 		return ""
 	}
-	return fmt.Sprintf(" (anonymous %.1f, file %.1f)", anon, file)
+	return fmt.Sprintf(" (anonymous %.1f, executable and libraries %.1f)", anon, file+shmem)
 }
 
 // procStatusMiB reads one of the memory figures of /proc/<pid>/status (VmRSS:, VmHWM:) in MiB.
