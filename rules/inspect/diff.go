@@ -167,6 +167,8 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 		return []Drift{{Kind: "missing", Dataplane: name, Object: "table " + fam + " kube-proxy"}}
 	}
 	wantChains, liveChains := want.Chains(fam), live.Chains(fam)
+	// Sets that only rules pending deletion still name are not stale yet either.
+	pendingSets := map[string]bool{}
 	for _, c := range wantChains {
 		svc := nftService(c)
 		if !slices.Contains(liveChains, c) {
@@ -174,7 +176,18 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 				Detail: fmt.Sprintf("%d rules", len(want.Rules(fam, c)))})
 			continue
 		}
-		for _, d := range diffRules(name, fam, c, want.Rules(fam, c), live.Rules(fam, c)) {
+		wantRules, liveRules := want.Rules(fam, c), live.Rules(fam, c)
+		if old, ok := supersededRules(c, wantRules, liveRules); ok {
+			for _, r := range old {
+				for _, f := range strings.Fields(r) {
+					if strings.HasPrefix(f, "@") {
+						pendingSets[strings.TrimPrefix(f, "@")] = true
+					}
+				}
+			}
+			continue
+		}
+		for _, d := range diffRules(name, fam, c, wantRules, liveRules) {
 			d.Object, d.Service = strings.Replace(d.Object, fam+"/", "", 1), svc
 			out = append(out, d)
 		}
@@ -200,11 +213,34 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 		}
 	}
 	for _, s := range liveSets {
-		if !slices.Contains(wantSets, s) {
+		if !slices.Contains(wantSets, s) && !pendingSets[s] {
 			out = append(out, Drift{Kind: "stale", Dataplane: name, Service: nftService(s), Object: "set " + s})
 		}
 	}
 	return out
+}
+
+// supersededRules recognises a per-Service chain in the middle of a change: the daemon inserts a chain's
+// new rules ahead of its old ones and deletes the old ones a second later (rules/nftables: deleting a
+// rule that binds a map at once could make a packet in flight miss its DNAT). When live is the wanted
+// rules followed by others, and the last wanted rule ends every packet's way through the chain (a DNAT or
+// a numgen verdict map behind nothing but the protocol match), the others are unreachable: they are
+// returned, and the chain is not drift.
+func supersededRules(chain string, want, live []string) ([]string, bool) {
+	if !strings.HasPrefix(chain, "service-") && !strings.HasPrefix(chain, "local-") {
+		return nil, false
+	}
+	if len(want) == 0 || len(live) <= len(want) || !slices.Equal(live[:len(want)], want) {
+		return nil, false
+	}
+	last := strings.Fields(want[len(want)-1])
+	if len(last) >= 3 && last[0] == "meta" && last[1] == "l4proto" {
+		last = last[3:]
+	}
+	if len(last) == 0 || (last[0] != "dnat" && last[0] != "numgen") {
+		return nil, false
+	}
+	return live[len(want):], true
 }
 
 // named drops anonymous sets (their contents are part of the rules that use them; their names are the
