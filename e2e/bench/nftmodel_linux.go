@@ -215,21 +215,30 @@ func (m *nftModel) dispatch(ip netip.Addr, port uint16) string {
 	return m.sets[nftServiceIPs][serviceKey(ip, port)].chain
 }
 
-// endpoints returns the endpoints ("ip:port", sorted) the DNAT rules of chain translate to.
+// endpoints returns the endpoints ("ip:port", sorted) the DNAT rule of chain translates to. A chain with
+// several DNAT rules is one whose new rule was inserted ahead of the old one, which our mode nftables
+// deletes a second later (rules/nftables: supersede); the benchmark's Service chains each hold one rule
+// that DNATs every packet, so the first in the chain, the newest, is the one packets meet: the rule with
+// the highest handle.
 func (m *nftModel) endpoints(chain string) []string {
+	var first uint64
+	for h, r := range m.rules[chain] {
+		if (r.dnat.IsValid() || r.dmap != "") && h > first {
+			first = h
+		}
+	}
+	if first == 0 {
+		return nil
+	}
+	r := m.rules[chain][first]
+	if r.dnat.IsValid() {
+		return []string{r.dnat.String()}
+	}
 	var out []string
-	for _, r := range m.rules[chain] {
-		if r.dnat.IsValid() {
-			out = append(out, r.dnat.String())
-		}
-		if r.dmap == "" {
-			continue
-		}
-		for _, e := range m.sets[r.dmap] {
-			if len(e.data) >= 6 {
-				d := []byte(e.data)
-				out = append(out, netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[:4])), binary.BigEndian.Uint16(d[4:6])).String())
-			}
+	for _, e := range m.sets[r.dmap] {
+		if len(e.data) >= 6 {
+			d := []byte(e.data)
+			out = append(out, netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[:4])), binary.BigEndian.Uint16(d[4:6])).String())
 		}
 	}
 	slices.Sort(out)

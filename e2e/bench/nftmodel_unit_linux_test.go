@@ -140,8 +140,17 @@ func TestNFTModel(t *testing.T) {
 	m.apply(unix.NFT_MSG_NEWRULE, nlRule(nftTable, chain, 7, mapDNAT("__map0")...))
 	reaches("10.244.128.5:8080", "10.244.128.6:8080")
 
-	// One endpoint: a plain DNAT; a rule of another table changes nothing.
+	// Our writer inserts the new rule ahead of the old one and deletes the old one a second later: the
+	// new rule (the highest handle) is the one packets meet.
+	m.apply(unix.NFT_MSG_NEWSET, nlSet(nftTable, "__map1"))
+	m.apply(unix.NFT_MSG_NEWSETELEM, nlElems(nftTable, "__map1", numgenElem(0, "10.244.128.7:8080")))
+	m.apply(unix.NFT_MSG_NEWRULE, nlRule(nftTable, chain, 70, mapDNAT("__map1")...))
+	reaches("10.244.128.7:8080")
 	m.apply(unix.NFT_MSG_DELRULE, nlRule(nftTable, chain, 7))
+	reaches("10.244.128.7:8080")
+
+	// One endpoint: a plain DNAT; a rule of another table changes nothing.
+	m.apply(unix.NFT_MSG_DELRULE, nlRule(nftTable, chain, 70))
 	m.apply(unix.NFT_MSG_NEWRULE, nlRule(nftTable, chain, 8, oneDNAT("10.244.128.9:8080")...))
 	m.apply(unix.NFT_MSG_NEWRULE, nlRule("nat", chain, 9, oneDNAT("10.244.128.10:8080")...))
 	reaches("10.244.128.9:8080")
