@@ -233,7 +233,7 @@ func (b *fb) apiserverDown() error {
 // (qemu's user network refuses for the stopped port: client-go logs "Watch failed - backing off" at V(4)
 // only); once it is back, they are refused as too old (410: the restarted apiserver's cache starts at a
 // newer resource version), and client-go's reflector lists again only after its backoff (up to 30 s,
-// jittered): 20-32 s measured with a 10 s outage.
+// jittered): 4-32 s measured (outages of 6 s to 2 min).
 const apiserverBackoff = time.Minute
 
 // stateRemoved clears every virtual server (ipvsadm -C) and flushes every ipset behind the daemon's back,
