@@ -281,6 +281,20 @@ func traceCases(t *testing.T, mode string) {
 							t.Errorf("traffic: %s, want every connection to fail", harness.FormatHits(counts))
 						}
 					}
+				} else if c.wantFail == "refused" {
+					// A REJECT's ICMP error is rate-limited by the kernel (icmp_ratelimit, icmp_msgs_per_sec): a
+					// connection whose error was not sent times out instead. None may get through, and most
+					// must be refused.
+					total := 0
+					for _, h := range hit {
+						total += counts[h]
+						if h != "ERR:refused" && h != "ERR:timeout" {
+							t.Errorf("traffic: %s, want every connection refused (or, its ICMP error rate-limited, timed out)", harness.FormatHits(counts))
+						}
+					}
+					if counts["ERR:refused"]*2 <= total {
+						t.Errorf("traffic: %s, want most connections refused", harness.FormatHits(counts))
+					}
 				} else if len(hit) != 1 || hit[0] != "ERR:"+c.wantFail {
 					t.Errorf("traffic: %s, want every connection to fail with %s", harness.FormatHits(counts), c.wantFail)
 				}
