@@ -5,7 +5,6 @@ import (
 	"os"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -16,7 +15,7 @@ import (
 // NewClient builds the API client from clientConnection (and the --master override, which may be empty):
 // the kubeconfig file when one is named, otherwise the in-cluster service account (as in a DaemonSet).
 // Its requests are counted in the rest_client_* metrics that NewServer registers.
-func NewClient(cc config.ClientConnectionConfiguration, master, userAgent string) (kubernetes.Interface, error) {
+func NewClient(cc config.ClientConnectionConfiguration, master, userAgent string) (API, error) {
 	installClientGoMetrics() // before the first transport is made, so that it is counted
 	var rc *rest.Config
 	var err error
@@ -39,7 +38,7 @@ func NewClient(cc config.ClientConnectionConfiguration, master, userAgent string
 	rc.ContentType = cc.ContentType
 	rc.QPS = cc.QPS
 	rc.Burst = int(cc.Burst)
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := newRESTAPI(rc)
 	if err != nil {
 		return nil, fmt.Errorf("creating API client: %w", err)
 	}

@@ -17,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -87,7 +85,7 @@ func trimMeta(m metav1.ObjectMeta, keepAnnotation string) metav1.ObjectMeta {
 // informer cache keeps a second copy of every object, which at 10,000 Services was half the daemon's heap.
 // The Tracker keeps the trimmed Services and only what it parsed from the slices. Nothing here needs the
 // informers' periodic resync: the Tracker ignores objects that did not change.
-func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
+func (p *Proxy) WatchAPI(ctx context.Context, client API, resync time.Duration) error {
 	t := p.tracker
 	svcs := newFeed(func(s *v1.Service) { t.OnService(nil, s) }, func(s *v1.Service) { t.OnService(s, nil) },
 		t.ReplaceServices)
@@ -100,21 +98,21 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 	svcLW := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			svcOpts(&o)
-			return client.CoreV1().Services(metav1.NamespaceAll).List(ctx, o)
+			return client.ListServices(ctx, metav1.NamespaceAll, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			svcOpts(&o)
-			return client.CoreV1().Services(metav1.NamespaceAll).Watch(ctx, o)
+			return client.WatchServices(ctx, metav1.NamespaceAll, o)
 		},
 	}
 	sliceLW := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = sliceSelector
-			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, o)
+			return client.ListEndpointSlices(ctx, metav1.NamespaceAll, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = sliceSelector
-			return client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).Watch(ctx, o)
+			return client.WatchEndpointSlices(ctx, metav1.NamespaceAll, o)
 		},
 	}
 	go cache.NewReflectorWithOptions(cache.ToListWatcherWithWatchListSemantics(svcLW, client), &v1.Service{}, svcs,
@@ -123,12 +121,19 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 		cache.ReflectorOptions{Name: "endpointslices", TypeDescription: "*v1.EndpointSlice"}).RunWithContext(ctx)
 
 	// The node is one small object: a plain informer.
-	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTransform(trim),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
-		}))
-	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
+	thisNode := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.opts.NodeName).String()
+	}
+	nodeInformer := newInformer(client, &v1.Node{}, resync, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			thisNode(&o)
+			return client.ListNodes(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			thisNode(&o)
+			return client.WatchNodes(ctx, o)
+		},
+	})
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { t.OnNode(asNode(o)) },
 		UpdateFunc: func(_, n any) { t.OnNode(asNode(n)) },
@@ -137,7 +142,7 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 		return fmt.Errorf("adding Node handler: %w", err)
 	}
 
-	nodeFactory.Start(ctx.Done())
+	go nodeInformer.RunWithContext(ctx)
 	if err := p.watchServiceCIDRs(ctx, client, resync); err != nil {
 		return err
 	}
@@ -171,9 +176,15 @@ func (p *Proxy) WatchAPI(ctx context.Context, client kubernetes.Interface, resyn
 // watchServiceCIDRs feeds the CIDRs of the cluster's ServiceCIDR objects (networking.k8s.io/v1) to the
 // Tracker: mode nftables drops traffic to unallocated addresses inside them, as upstream does. The few,
 // small objects go through a plain informer; like upstream, the proxy does not wait for them to be listed.
-func (p *Proxy) watchServiceCIDRs(ctx context.Context, client kubernetes.Interface, resync time.Duration) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTransform(trim))
-	inf := factory.Networking().V1().ServiceCIDRs().Informer()
+func (p *Proxy) watchServiceCIDRs(ctx context.Context, client API, resync time.Duration) error {
+	inf := newInformer(client, &networkingv1.ServiceCIDR{}, resync, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.ListServiceCIDRs(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.WatchServiceCIDRs(ctx, o)
+		},
+	})
 	var mu sync.Mutex
 	byName := map[string][]string{}
 	update := func(o any, deleted bool) {
@@ -201,8 +212,18 @@ func (p *Proxy) watchServiceCIDRs(ctx context.Context, client kubernetes.Interfa
 	}); err != nil {
 		return fmt.Errorf("adding ServiceCIDR handler: %w", err)
 	}
-	factory.Start(ctx.Done())
+	go inf.RunWithContext(ctx)
 	return nil
+}
+
+// newInformer returns an informer (not started) of the small object kinds, which keeps trimmed objects.
+func newInformer(client API, obj runtime.Object, resync time.Duration, lw *cache.ListWatch) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
+		cache.SharedIndexInformerOptions{ResyncPeriod: resync})
+	if err := inf.SetTransform(trim); err != nil {
+		panic(err) // only fails once the informer runs
+	}
+	return inf
 }
 
 // feed is a reflector's store that stores nothing: it trims each object and hands it to the Tracker.

@@ -10,6 +10,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"kube-proxy/proxy/apitest"
 )
 
 func TestTrimKeepsWhatTheProxyReads(t *testing.T) {
@@ -67,11 +69,11 @@ func TestWatchAPIFeedsTheTracker(t *testing.T) {
 	web := webService()
 	web.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	client := fake.NewClientset(web, webSlice("web-1", "10.1.0.1"),
-		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: thisNode}})
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: thisNode, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}}})
 	p := newTestProxy(t, time.Hour, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := p.WatchAPI(ctx, client, 0); err != nil {
+	if err := p.WatchAPI(ctx, apitest.New(client), 0); err != nil {
 		t.Fatal(err)
 	}
 	tr := p.Tracker()
@@ -89,11 +91,8 @@ func TestWatchAPIFeedsTheTracker(t *testing.T) {
 	if got := endpoints(); !slices.Equal(got, []string{"10.1.0.1:8080"}) {
 		t.Fatalf("after the initial list: %v", got)
 	}
-	tr.mu.Lock()
-	trimmed := tr.services[nn("ns", "web")].ManagedFields == nil
-	tr.mu.Unlock()
-	if !trimmed {
-		t.Error("the Tracker holds an untrimmed Service")
+	if tr.Node().ManagedFields != nil {
+		t.Error("the Tracker holds an untrimmed Node")
 	}
 
 	waitFor := func(what string, want []string) {

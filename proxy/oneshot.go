@@ -8,7 +8,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 
 	"kube-proxy/config"
 )
@@ -24,13 +23,13 @@ type APIState struct {
 
 // ListAPIState lists the Services, EndpointSlices, Node and ServiceCIDRs with the selectors the daemon's
 // watches use and builds the snapshots of families through the same Tracker.
-func ListAPIState(ctx context.Context, client kubernetes.Interface, cfg *config.KubeProxyConfiguration, nodeName string, families []v1.IPFamily) (*APIState, error) {
-	svcs, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{LabelSelector: serviceSelector,
+func ListAPIState(ctx context.Context, client API, cfg *config.KubeProxyConfiguration, nodeName string, families []v1.IPFamily) (*APIState, error) {
+	svcs, err := client.ListServices(ctx, "", metav1.ListOptions{LabelSelector: serviceSelector,
 		FieldSelector: fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()})
 	if err != nil {
 		return nil, fmt.Errorf("listing Services: %w", err)
 	}
-	slices, err := client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: sliceSelector})
+	slices, err := client.ListEndpointSlices(ctx, "", metav1.ListOptions{LabelSelector: sliceSelector})
 	if err != nil {
 		return nil, fmt.Errorf("listing EndpointSlices: %w", err)
 	}
@@ -44,12 +43,12 @@ func ListAPIState(ctx context.Context, client kubernetes.Interface, cfg *config.
 	}
 	tr.ReplaceServices(st.Services)
 	tr.ReplaceEndpointSlices(st.Slices)
-	node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	node, err := client.GetNode(ctx, nodeName)
 	if err == nil {
 		st.Node = node
 		tr.OnNode(node)
 	}
-	if cidrs, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{}); err == nil {
+	if cidrs, err := client.ListServiceCIDRs(ctx, metav1.ListOptions{}); err == nil {
 		var all []string
 		for _, sc := range cidrs.Items {
 			all = append(all, sc.Spec.CIDRs...)

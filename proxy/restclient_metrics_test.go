@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"kube-proxy/config"
 )
@@ -61,7 +60,7 @@ current-context: test
 }
 
 // newMetricsTestClient builds the daemon's client (NewClient, the default clientConnection) for kubeconfig.
-func newMetricsTestClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+func newMetricsTestClient(t *testing.T, kubeconfig string) API {
 	t.Helper()
 	cc := config.Default().ClientConnection
 	cc.Kubeconfig = kubeconfig
@@ -72,7 +71,7 @@ func newMetricsTestClient(t *testing.T, kubeconfig string) kubernetes.Interface 
 	return client
 }
 
-func newMetricsTestServer(client kubernetes.Interface) *Server {
+func newMetricsTestServer(client API) *Server {
 	return NewServer(config.Default(), client, thisNode, prometheus.NewRegistry(),
 		[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: newFakeDataplane()}})
 }
@@ -86,10 +85,10 @@ func TestRESTClientMetrics(t *testing.T) {
 	first := newMetricsTestServer(client)
 
 	ctx := context.Background()
-	if _, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := client.ListServices(ctx, "", metav1.ListOptions{}); err != nil {
 		t.Fatalf("listing Services: %v", err)
 	}
-	if _, err := client.CoreV1().Nodes().Get(ctx, thisNode, metav1.GetOptions{}); err == nil {
+	if _, err := client.GetNode(ctx, thisNode); err == nil {
 		t.Fatal("getting the Node succeeded against a server that answers 503")
 	}
 	second := newMetricsTestServer(client) // made after the requests: still sees them

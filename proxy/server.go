@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
@@ -31,7 +30,7 @@ type Server struct {
 	// FlagOverrides are the config fields the command line sets (they win over the file on reloads too).
 	FlagOverrides []string
 
-	client        kubernetes.Interface
+	client        API
 	serviceHealth []*ServiceHealth
 	// listenRetry is how long a server whose port is busy waits before it tries again.
 	listenRetry time.Duration
@@ -43,7 +42,7 @@ type Server struct {
 
 // NewServer creates the Proxy for cfg with the given dataplanes and a fresh metrics registry (with Go and
 // process collectors). Dataplanes may register their own metrics on Registry before Run.
-func NewServer(cfg *config.KubeProxyConfiguration, client kubernetes.Interface, nodeName string,
+func NewServer(cfg *config.KubeProxyConfiguration, client API, nodeName string,
 	registry *prometheus.Registry, dataplanes []FamilyDataplane) *Server {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerProcessMetrics(registry) // client-go's rest_client_* and kubernetes_build_info, as upstream

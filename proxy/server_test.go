@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"kube-proxy/proxy/apitest"
+
 	"kube-proxy/config"
 )
 
@@ -213,7 +215,7 @@ func TestServerRetriesABusyPort(t *testing.T) {
 			cfg.HealthzBindAddress = busy.Addr().String()
 			cfg.MetricsBindAddress = "127.0.0.1:0"
 			cfg.BindAddressHardFail = hardFail
-			s := NewServer(cfg, fake.NewClientset(), thisNode, prometheus.NewRegistry(),
+			s := NewServer(cfg, apitest.New(fake.NewClientset()), thisNode, prometheus.NewRegistry(),
 				[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: newFakeDataplane()}})
 			s.listenRetry = 20 * time.Millisecond
 			ctx, cancel := context.WithCancel(context.Background())

@@ -17,6 +17,7 @@ import (
 
 	"kube-proxy/e2e/harness"
 	"kube-proxy/proxy"
+	"kube-proxy/proxy/apitest"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -113,7 +114,7 @@ func (e *env) startProxy() {
 	// WatchAPI's context is also the informers' lifetime, so the wait for the initial sync is bounded by
 	// a timer that ends the whole proxy instead.
 	timer := time.AfterFunc(time.Minute, cancel)
-	err = e.p.WatchAPI(ctx, client, 0)
+	err = e.p.WatchAPI(ctx, apitest.New(client), 0)
 	if !timer.Stop() || err != nil {
 		close(loopDone)
 		t.Fatalf("starting informers as system:kube-proxy: %v", err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
@@ -27,10 +26,10 @@ type Env struct {
 	Master   string
 	// UserAgent is sent to the API server.
 	UserAgent string
-	cached    kubernetes.Interface
+	cached    proxy.API
 }
 
-func (e *Env) client() (kubernetes.Interface, error) {
+func (e *Env) client() (proxy.API, error) {
 	if e.cached != nil {
 		return e.cached, nil
 	}

@@ -19,7 +19,6 @@ import (
 
 	authv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kube-proxy/config"
 	"kube-proxy/rules/nftables"
@@ -624,7 +623,7 @@ func checkAPI(ctx context.Context, env *Env) []Finding {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	v, err := client.Discovery().ServerVersion()
+	v, err := client.ServerVersion(ctx)
 	if err != nil {
 		return []Finding{{Check: "API server", Status: "problem", What: "not reachable with " + orDefault(env.Config.ClientConnection.Kubeconfig, "the in-cluster config") + ": " + err.Error(),
 			Why: "kube-proxy cannot learn about Service and endpoint changes; the node's rules go stale",
@@ -638,14 +637,12 @@ func checkAPI(ctx context.Context, env *Env) []Finding {
 		{Verb: "list", Resource: "nodes"}, {Verb: "watch", Resource: "nodes"},
 		{Verb: "list", Group: "networking.k8s.io", Resource: "servicecidrs"},
 	} {
-		a := a
-		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authv1.SelfSubjectAccessReview{
-			Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		allowed, err := client.ReviewAccess(ctx, a)
 		if err != nil {
 			out = append(out, Finding{Check: "RBAC", Status: "warning", What: "cannot ask the API what is allowed: " + err.Error()})
 			return out
 		}
-		if !r.Status.Allowed {
+		if !allowed {
 			denied = append(denied, a.Verb+" "+strings.TrimPrefix(a.Group+"/"+a.Resource, "/"))
 		}
 	}

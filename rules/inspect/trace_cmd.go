@@ -13,7 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+
+	"kube-proxy/proxy"
 )
 
 // TraceReport is trace's result, as --json prints it.
@@ -330,7 +331,7 @@ func apiView(ctx context.Context, env *Env, ref string, pkt Packet, walks []Walk
 			port = &svc.Spec.Ports[i]
 		}
 	}
-	slices, err := client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discovery.LabelServiceName + "=" + svc.Name})
+	slices, err := client.ListEndpointSlices(ctx, svc.Namespace, metav1.ListOptions{LabelSelector: discovery.LabelServiceName + "=" + svc.Name})
 	if err != nil {
 		v.Error = "listing EndpointSlices: " + err.Error()
 		return v
@@ -389,8 +390,8 @@ func apiView(ctx context.Context, env *Env, ref string, pkt Packet, walks []Walk
 
 // getService gets a Service by listing it by name: kube-proxy's role (system:node-proxier) may list and
 // watch Services but not get them. nil when there is none.
-func getService(ctx context.Context, client kubernetes.Interface, ns, name string) (*v1.Service, error) {
-	list, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+func getService(ctx context.Context, client proxy.API, ns, name string) (*v1.Service, error) {
+	list, err := client.ListServices(ctx, ns, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	if err != nil {
 		return nil, err
 	}
@@ -409,8 +410,8 @@ func derefPolicy(p *v1.ServiceInternalTrafficPolicy) string {
 
 // findService finds the Service whose ClusterIP, externalIPs, LoadBalancer IPs or NodePort the packet is
 // addressed to.
-func findService(ctx context.Context, client kubernetes.Interface, pkt Packet) (*v1.Service, error) {
-	list, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+func findService(ctx context.Context, client proxy.API, pkt Packet) (*v1.Service, error) {
+	list, err := client.ListServices(ctx, "", metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
