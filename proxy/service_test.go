@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 var netipCmp = cmp.Options{
@@ -361,7 +364,7 @@ func TestServicePorts(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, problems := servicePorts(tc.svc, tc.family, tc.opts)
+			got, problems := servicePorts(nn(tc.svc.Namespace, tc.svc.Name), newServiceSpec(tc.svc), tc.family, tc.opts)
 			if diff := cmp.Diff(tc.want, got, netipCmp); diff != "" {
 				t.Errorf("ports (-want +got):\n%s", diff)
 			}
@@ -380,7 +383,7 @@ func TestServicePorts(t *testing.T) {
 // TestServicePortsDistinct checks that ports of one Service do not share mutable slices with each other.
 func TestServicePortsDistinct(t *testing.T) {
 	svc := makeService("ns", "a", "10.0.0.1", withPort("a", v1.ProtocolTCP, 80, 0), withPort("b", v1.ProtocolTCP, 81, 0))
-	ports, _ := servicePorts(svc, v1.IPv4Protocol, serviceOptions{})
+	ports, _ := servicePorts(nn(svc.Namespace, svc.Name), newServiceSpec(svc), v1.IPv4Protocol, serviceOptions{})
 	if len(ports) != 2 || ports[0] == ports[1] {
 		t.Fatalf("want two distinct ports, got %v", ports)
 	}
@@ -475,6 +478,94 @@ func TestParseIPAndCIDR(t *testing.T) {
 		}
 		if err != nil || got != netip.MustParsePrefix(tc.want) {
 			t.Errorf("parseCIDR(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestServiceSpecEqual: every change to a field the proxy reads makes two specs differ, and changes to
+// anything else (annotations, selector, resource version, conditions) do not.
+func TestServiceSpecEqual(t *testing.T) {
+	base := func() *v1.Service {
+		s := makeService("ns", "a", "10.0.0.1", withPort("http", v1.ProtocolTCP, 80, 30080))
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "192.0.2.1"}}
+		return s
+	}
+	local := v1.ServiceInternalTrafficPolicyLocal
+	proxyMode := v1.LoadBalancerIPModeProxy
+	timeout := int32(60)
+	dist := "PreferClose"
+	differ := map[string]func(s *v1.Service){
+		"type":                 func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort },
+		"clusterIP":            func(s *v1.Service) { s.Spec.ClusterIP = "10.0.0.2" },
+		"clusterIPs":           func(s *v1.Service) { s.Spec.ClusterIPs = append(s.Spec.ClusterIPs, "fd00::1") },
+		"ipFamilies":           func(s *v1.Service) { s.Spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol} },
+		"port":                 func(s *v1.Service) { s.Spec.Ports[0].Port = 81 },
+		"port name":            func(s *v1.Service) { s.Spec.Ports[0].Name = "web" },
+		"port protocol":        func(s *v1.Service) { s.Spec.Ports[0].Protocol = v1.ProtocolUDP },
+		"nodePort":             func(s *v1.Service) { s.Spec.Ports[0].NodePort = 30081 },
+		"externalIPs":          func(s *v1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.9"} },
+		"ingress IP":           func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IP = "192.0.2.2" },
+		"ingress mode":         func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IPMode = &proxyMode },
+		"source ranges":        func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"} },
+		"external policy":      func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal },
+		"internal policy":      func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local },
+		"traffic distribution": func(s *v1.Service) { s.Spec.TrafficDistribution = &dist },
+		"affinity":             func(s *v1.Service) { s.Spec.SessionAffinity = v1.ServiceAffinityClientIP },
+		"affinity timeout": func(s *v1.Service) {
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &timeout}}
+		},
+		"health check port": func(s *v1.Service) { s.Spec.HealthCheckNodePort = 32000 },
+		"proxy-name label":  func(s *v1.Service) { s.Labels = map[string]string{LabelServiceProxyName: "other"} },
+		"ExternalName":      func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeExternalName },
+	}
+	same := map[string]func(s *v1.Service){
+		"annotations":      func(s *v1.Service) { s.Annotations = map[string]string{"a": "b"} },
+		"other labels":     func(s *v1.Service) { s.Labels = map[string]string{"app": "web"} },
+		"selector":         func(s *v1.Service) { s.Spec.Selector = map[string]string{"app": "web"} },
+		"resource version": func(s *v1.Service) { s.ResourceVersion = "99" },
+		"target port":      func(s *v1.Service) { s.Spec.Ports[0].TargetPort = intstr.FromInt32(8080) },
+		"conditions":       func(s *v1.Service) { s.Status.Conditions = []metav1.Condition{{Type: "x"}} },
+		"ingress hostname": func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].Hostname = "lb.example" },
+	}
+	want := newServiceSpec(base())
+	for name, f := range differ {
+		s := base()
+		f(s)
+		if newServiceSpec(s).equal(want) {
+			t.Errorf("%s: a change the proxy reads compares equal", name)
+		}
+	}
+	for name, f := range same {
+		s := base()
+		f(s)
+		if !newServiceSpec(s).equal(want) {
+			t.Errorf("%s: a change the proxy ignores compares different", name)
+		}
+	}
+	if !(*serviceSpec)(nil).equal(nil) || want.equal(nil) {
+		t.Error("nil specs compare wrongly")
+	}
+	// Every field of serviceSpec is compared: changing any one of them makes the specs differ.
+	rv := reflect.ValueOf(want).Elem()
+	for i := 0; i < rv.NumField(); i++ {
+		cp := *want
+		f := reflect.ValueOf(&cp).Elem().Field(i)
+		f = reflect.NewAt(f.Type(), f.Addr().UnsafePointer()).Elem()
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Int32:
+			f.SetInt(f.Int() + 1)
+		case reflect.Slice:
+			f.Set(reflect.Append(f, reflect.Zero(f.Type().Elem())))
+		case reflect.Pointer:
+			f.Set(reflect.New(f.Type().Elem()))
+		default:
+			t.Fatalf("field %s of kind %s: teach this test to change it", rv.Type().Field(i).Name, f.Kind())
+		}
+		if cp.equal(want) {
+			t.Errorf("field %s is not compared", rv.Type().Field(i).Name)
 		}
 	}
 }

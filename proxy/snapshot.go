@@ -83,11 +83,11 @@ func newBuilder(family v1.IPFamily, opts serviceOptions, nodeName string) *build
 	}
 }
 
-// serviceInput is what the tracker hands the builder for one changed Service: its object (nil when deleted)
+// serviceInput is what the tracker hands the builder for one changed Service: its spec (nil when deleted)
 // and its EndpointSlices.
 type serviceInput struct {
 	key    serviceKey
-	svc    *v1.Service
+	svc    *serviceSpec
 	slices []*parsedSlice
 }
 
@@ -106,7 +106,7 @@ func (b *builder) servicePorts(in serviceInput, node Node, problems func(key ser
 	if servicePortsHook != nil {
 		servicePortsHook(in.key)
 	}
-	ports, msgs := servicePorts(in.svc, b.family, b.opts)
+	ports, msgs := servicePorts(in.key, in.svc, b.family, b.opts)
 	for _, m := range msgs {
 		problems(in.key, m)
 	}

@@ -29,7 +29,8 @@ type Tracker struct {
 
 	mu       sync.Mutex
 	builders []*builder
-	services map[serviceKey]*v1.Service
+	// services holds what the proxy reads of each Service (not the API objects, which are dropped).
+	services map[serviceKey]*serviceSpec
 	// slices holds each Service's parsed slices, sorted by name. A list is never modified once stored
 	// (changes store a new one), so snapshot builds use it without the lock.
 	slices map[serviceKey][]*parsedSlice
@@ -47,7 +48,7 @@ type Tracker struct {
 	// svcPending holds, per Service with a pending Service change, its state at the last snapshot (nil
 	// if it did not exist), so that changes which cancel out stop being pending. epPending holds the
 	// Services with pending endpoint changes. Both feed the metrics.
-	svcPending map[serviceKey]*v1.Service
+	svcPending map[serviceKey]*serviceSpec
 	epPending  map[serviceKey]struct{}
 	// triggers holds, per family, the last-change-trigger-times of slices changed since the last snapshot.
 	triggers map[v1.IPFamily][]time.Time
@@ -81,12 +82,12 @@ func NewTracker(o TrackerOptions) *Tracker {
 		report:     newProblemReporter(o.Problems),
 		start:      time.Now(),
 		onChange:   o.OnChange,
-		services:   map[serviceKey]*v1.Service{},
+		services:   map[serviceKey]*serviceSpec{},
 		slices:     map[serviceKey][]*parsedSlice{},
 		owners:     map[types.NamespacedName]serviceKey{},
 		unowned:    map[types.NamespacedName]struct{}{},
 		pending:    map[serviceKey]struct{}{},
-		svcPending: map[serviceKey]*v1.Service{},
+		svcPending: map[serviceKey]*serviceSpec{},
 		epPending:  map[serviceKey]struct{}{},
 		triggers:   map[v1.IPFamily][]time.Time{},
 	}
@@ -101,14 +102,16 @@ func NewTracker(o TrackerOptions) *Tracker {
 
 // OnService records an added or updated Service (cur) or a deleted one (cur nil, prev the last state).
 func (t *Tracker) OnService(prev, cur *v1.Service) {
-	obj := cur
-	if obj == nil {
-		obj = prev
+	switch {
+	case cur != nil:
+		t.setService(serviceKey{Namespace: cur.Namespace, Name: cur.Name}, newServiceSpec(cur))
+	case prev != nil:
+		t.setService(serviceKey{Namespace: prev.Namespace, Name: prev.Name}, nil)
 	}
-	if obj == nil {
-		return
-	}
-	key := serviceKey{Namespace: obj.Namespace, Name: obj.Name}
+}
+
+// setService records the Service key's new spec (nil: deleted).
+func (t *Tracker) setService(key serviceKey, cur *serviceSpec) {
 	t.mu.Lock()
 	old := t.services[key]
 	if cur == nil {
@@ -117,13 +120,13 @@ func (t *Tracker) OnService(prev, cur *v1.Service) {
 		t.services[key] = cur
 	}
 	t.stats.ServiceChanges++ // like upstream, every event counts
-	changed := !sameServiceInput(old, cur)
+	changed := !old.equal(cur)
 	if changed {
 		base, wasPending := t.svcPending[key]
 		if !wasPending {
 			base = old
 		}
-		if sameServiceInput(base, cur) {
+		if base.equal(cur) {
 			// Back to the state of the last snapshot (e.g. added then deleted): nothing is pending any
 			// more. Rebuilding it anyway is harmless, so t.pending keeps the key.
 			delete(t.svcPending, key)
@@ -137,19 +140,6 @@ func (t *Tracker) OnService(prev, cur *v1.Service) {
 		t.onChange()
 	}
 }
-
-// sameServiceInput reports whether two versions of a Service would be proxied identically.
-func sameServiceInput(a, b *v1.Service) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Labels[LabelServiceProxyName] == b.Labels[LabelServiceProxyName] &&
-		hasLabel(a, LabelServiceProxyName) == hasLabel(b, LabelServiceProxyName) &&
-		equality.Semantic.DeepEqual(a.Spec, b.Spec) &&
-		equality.Semantic.DeepEqual(a.Status.LoadBalancer, b.Status.LoadBalancer)
-}
-
-func hasLabel(s *v1.Service, l string) bool { _, ok := s.Labels[l]; return ok }
 
 // OnEndpointSlice records an added or updated slice (cur) or a deleted one (cur nil, prev its last state).
 func (t *Tracker) OnEndpointSlice(prev, cur *discovery.EndpointSlice) {
@@ -172,15 +162,15 @@ func (t *Tracker) ReplaceServices(list []*v1.Service) {
 		}
 	}
 	t.mu.Lock()
-	var gone []*v1.Service
-	for k, s := range t.services {
+	var gone []serviceKey
+	for k := range t.services {
 		if _, ok := seen[k]; !ok {
-			gone = append(gone, s)
+			gone = append(gone, k)
 		}
 	}
 	t.mu.Unlock()
-	for _, s := range gone {
-		t.OnService(s, nil)
+	for _, k := range gone {
+		t.setService(k, nil)
 	}
 }
 
@@ -429,7 +419,7 @@ func (t *Tracker) RequeueTriggers(b Build) {
 }
 
 // requeue puts back the changes a failed Snapshots took, under those that arrived since.
-func (t *Tracker) requeue(keys []serviceKey, triggers map[v1.IPFamily][]time.Time, svcPending map[serviceKey]*v1.Service, epPending map[serviceKey]struct{}) {
+func (t *Tracker) requeue(keys []serviceKey, triggers map[v1.IPFamily][]time.Time, svcPending map[serviceKey]*serviceSpec, epPending map[serviceKey]struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, k := range keys {
@@ -470,7 +460,7 @@ func (t *Tracker) Snapshots() Build {
 			keys = append(keys, k)
 		}
 	}
-	// Service objects and slice lists are never modified once stored, so the inputs can be used after the
+	// Service specs and slice lists are never modified once stored, so the inputs can be used after the
 	// lock is released.
 	inputs := make([]serviceInput, 0, len(keys))
 	for _, k := range keys {
@@ -480,7 +470,7 @@ func (t *Tracker) Snapshots() Build {
 	serviceCIDRs := t.serviceCIDRs
 	triggers, svcPending, epPending := t.triggers, t.svcPending, t.epPending
 	t.pending = map[serviceKey]struct{}{}
-	t.svcPending = map[serviceKey]*v1.Service{}
+	t.svcPending = map[serviceKey]*serviceSpec{}
 	t.epPending = map[serviceKey]struct{}{}
 	t.triggers = map[v1.IPFamily][]time.Time{}
 	t.rebuildAll = false
