@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -67,6 +69,12 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 			problems = append(problems, fmt.Sprintf("annotation %s: %q is not an RFC 3339 time", AnnotationLastChangeTriggerTime, s))
 		}
 	}
+	if len(es.Ports) > 0 {
+		ps.ports = make([]slicePort, 0, len(es.Ports))
+	}
+	if len(es.Endpoints) > 0 {
+		ps.endpoints = make([]Endpoint, 0, len(es.Endpoints))
+	}
 	for i, p := range es.Ports {
 		switch {
 		case p.Port == nil:
@@ -107,11 +115,11 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
 		}
 		if ep.NodeName != nil {
-			e.NodeName = *ep.NodeName
+			e.NodeName = topologyNames.intern(*ep.NodeName)
 			e.IsLocal = nodeName != "" && e.NodeName == nodeName
 		}
 		if ep.Zone != nil {
-			e.Zone = *ep.Zone
+			e.Zone = topologyNames.intern(*ep.Zone)
 		}
 		if ep.Hints != nil {
 			for _, z := range ep.Hints.ForZones {
@@ -141,6 +149,36 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 		}
 	}
 	return ps, problems
+}
+
+// topologyNames holds one copy of each node and zone name endpoints carry: the API decodes a string per
+// endpoint, and a cluster has far fewer nodes than endpoints. It only grows (a cluster's node names, up to
+// a bound), so it needs no cleanup.
+var topologyNames = interner{max: 1 << 16}
+
+// interner returns one shared copy of equal strings, for at most max distinct strings (others are
+// returned as they are).
+type interner struct {
+	mu  sync.Mutex
+	max int
+	m   map[string]string
+}
+
+func (in *interner) intern(s string) string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c, ok := in.m[s]; ok {
+		return c
+	}
+	if len(in.m) >= in.max {
+		return s
+	}
+	if in.m == nil {
+		in.m = map[string]string{}
+	}
+	s = strings.Clone(s) // not a substring of a larger decoded buffer
+	in.m[s] = s
+	return s
 }
 
 // endpointsFor merges the endpoints of one Service port over all of the Service's slices of one family:

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -379,5 +380,29 @@ func TestServicePortEqual(t *testing.T) {
 		if a.Equal(b) || b.Equal(a) {
 			t.Errorf("changing %s: ports still Equal", name)
 		}
+	}
+}
+
+// TestInterner: equal strings share one copy, up to the bound; past it strings are returned unchanged.
+func TestInterner(t *testing.T) {
+	in := interner{max: 2}
+	a := in.intern(string([]byte("node-a")))
+	b := in.intern(string([]byte("node-a")))
+	if a != "node-a" || unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Errorf("two copies of node-a: %p %p", unsafe.StringData(a), unsafe.StringData(b))
+	}
+	in.intern("node-b")
+	c1 := string([]byte("node-c"))
+	if c2 := in.intern(c1); c2 != "node-c" || unsafe.StringData(c2) != unsafe.StringData(c1) || len(in.m) != 2 {
+		t.Errorf("past the bound: %q, %d entries", c2, len(in.m))
+	}
+	// parseSlice shares node and zone names between endpoints of different slices.
+	es1 := makeSlice("ns", "web", "web-1", ipv4, []slicePortSpec{sp("http", 8080, tcp)}, epSpec{ip: "10.1.0.1", node: string([]byte("node-x")), zone: string([]byte("zone-x"))})
+	es2 := makeSlice("ns", "web", "web-2", ipv4, []slicePortSpec{sp("http", 8080, tcp)}, epSpec{ip: "10.1.0.2", node: string([]byte("node-x")), zone: string([]byte("zone-x"))})
+	p1, _ := parseSlice(es1, thisNode)
+	p2, _ := parseSlice(es2, thisNode)
+	if unsafe.StringData(p1.endpoints[0].NodeName) != unsafe.StringData(p2.endpoints[0].NodeName) ||
+		unsafe.StringData(p1.endpoints[0].Zone) != unsafe.StringData(p2.endpoints[0].Zone) {
+		t.Error("endpoints of two slices hold their own copies of a node or zone name")
 	}
 }
