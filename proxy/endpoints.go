@@ -121,15 +121,17 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 		if ep.Zone != nil {
 			e.Zone = topologyNames.intern(*ep.Zone)
 		}
-		if ep.Hints != nil {
+		if ep.Hints != nil && len(ep.Hints.ForZones)+len(ep.Hints.ForNodes) > 0 {
+			h := &Hints{}
 			for _, z := range ep.Hints.ForZones {
-				e.ZoneHints = append(e.ZoneHints, z.Name)
+				h.Zones = append(h.Zones, topologyNames.intern(z.Name))
 			}
 			for _, n := range ep.Hints.ForNodes {
-				e.NodeHints = append(e.NodeHints, n.Name)
+				h.Nodes = append(h.Nodes, topologyNames.intern(n.Name))
 			}
-			slices.Sort(e.ZoneHints)
-			slices.Sort(e.NodeHints)
+			slices.Sort(h.Zones)
+			slices.Sort(h.Nodes)
+			e.Hints = h
 		}
 		ps.endpoints = append(ps.endpoints, e)
 	}
@@ -238,7 +240,7 @@ func endpointsFor(slicesOfService []*parsedSlice, family v1.IPFamily, portName s
 func equalEndpoint(a, b *Endpoint) bool {
 	return a.Addr == b.Addr && a.Ready == b.Ready && a.Serving == b.Serving && a.Terminating == b.Terminating &&
 		a.NodeName == b.NodeName && a.Zone == b.Zone && a.IsLocal == b.IsLocal &&
-		slices.Equal(a.ZoneHints, b.ZoneHints) && slices.Equal(a.NodeHints, b.NodeHints)
+		slices.Equal(a.ZoneHints(), b.ZoneHints()) && slices.Equal(a.NodeHints(), b.NodeHints())
 }
 
 // sameParsedSlice reports whether two parsed slices carry the same facts (a nil a is never the same).

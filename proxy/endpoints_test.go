@@ -59,7 +59,7 @@ func TestParseSlice(t *testing.T) {
 				ports: []slicePort{{protocol: tcp, port: 80}},
 				endpoints: []Endpoint{
 					{IP: netip.MustParseAddr("10.0.0.1"), Ready: true, Serving: true, NodeName: thisNode, Zone: "z1",
-						ZoneHints: []string{"z1", "z2"}, NodeHints: []string{"n1", "n2"}, IsLocal: true},
+						Hints: &Hints{Zones: []string{"z1", "z2"}, Nodes: []string{"n1", "n2"}}, IsLocal: true},
 					{IP: netip.MustParseAddr("10.0.0.2"), Ready: true, Serving: true, NodeName: "node-b", Zone: "z2"},
 					{IP: netip.MustParseAddr("10.0.0.3"), Ready: true, Serving: true},
 				}},
@@ -344,7 +344,7 @@ func TestServicePortEqual(t *testing.T) {
 		p := wantPort("ns", "a", "p", v1.ProtocolTCP, "10.0.0.1", 80, 30080)
 		p.ExternalIPs = addrs("192.0.2.1")
 		p.Endpoints = []Endpoint{NewEndpoint(netip.MustParseAddr("10.1.0.1"), 8080)}
-		p.Endpoints[0].Ready, p.Endpoints[0].Serving, p.Endpoints[0].ZoneHints = true, true, []string{"z1"}
+		p.Endpoints[0].Ready, p.Endpoints[0].Serving, p.Endpoints[0].Hints = true, true, &Hints{Zones: []string{"z1"}}
 		p.ClusterEndpoints = p.Endpoints
 		p.HasAnyEndpoints = true
 		return p
@@ -362,7 +362,7 @@ func TestServicePortEqual(t *testing.T) {
 		"distribution":    func(p *ServicePort) { p.TrafficDistribution = "PreferClose" },
 		"hasAny":          func(p *ServicePort) { p.HasAnyEndpoints = false },
 		"endpoint ready":  func(p *ServicePort) { p.Endpoints = []Endpoint{p.Endpoints[0]}; p.Endpoints[0].Ready = false },
-		"endpoint hints":  func(p *ServicePort) { p.Endpoints = []Endpoint{p.Endpoints[0]}; p.Endpoints[0].ZoneHints = nil },
+		"endpoint hints":  func(p *ServicePort) { p.Endpoints = []Endpoint{p.Endpoints[0]}; p.Endpoints[0].Hints = nil },
 		"endpoint local":  func(p *ServicePort) { p.Endpoints = []Endpoint{p.Endpoints[0]}; p.Endpoints[0].IsLocal = true },
 		"cluster eps":     func(p *ServicePort) { p.ClusterEndpoints = []Endpoint{} },
 		"local eps used":  func(p *ServicePort) { p.LocalEndpoints = []Endpoint{} },

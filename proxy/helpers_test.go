@@ -220,7 +220,7 @@ func dumpSnapshot(s *Snapshot) string {
 			p.StickyMaxAgeSeconds, p.ExternalPolicyLocal, p.InternalPolicyLocal, p.HealthCheckNodePort, p.TrafficDistribution)
 		for _, e := range p.Endpoints {
 			fmt.Fprintf(&b, "  ep %s ready=%v serving=%v terminating=%v node=%q zone=%q local=%v zoneHints=%v nodeHints=%v\n",
-				e.Addr, e.Ready, e.Serving, e.Terminating, e.NodeName, e.Zone, e.IsLocal, e.ZoneHints, e.NodeHints)
+				e.Addr, e.Ready, e.Serving, e.Terminating, e.NodeName, e.Zone, e.IsLocal, e.ZoneHints(), e.NodeHints())
 		}
 		fmt.Fprintf(&b, "  cluster %v\n  local %v\n  hasAny %v\n", fmtList(p.ClusterEndpoints), fmtList(p.LocalEndpoints), p.HasAnyEndpoints)
 	}

@@ -71,14 +71,14 @@ func topologyMode(endpoints []Endpoint, nodeName, zone string) string {
 			continue
 		}
 		ready = true
-		if len(e.NodeHints) == 0 {
+		if len(e.NodeHints()) == 0 {
 			allNode = false
-		} else if slices.Contains(e.NodeHints, nodeName) {
+		} else if slices.Contains(e.NodeHints(), nodeName) {
 			forNode = true
 		}
-		if len(e.ZoneHints) == 0 {
+		if len(e.ZoneHints()) == 0 {
 			allZone = false
-		} else if slices.Contains(e.ZoneHints, zone) {
+		} else if slices.Contains(e.ZoneHints(), zone) {
 			forZone = true
 		}
 	}
@@ -96,9 +96,9 @@ func topologyMode(endpoints []Endpoint, nodeName, zone string) string {
 func inTopology(e *Endpoint, mode, nodeName, zone string) bool {
 	switch mode {
 	case topologySameNode:
-		return slices.Contains(e.NodeHints, nodeName)
+		return slices.Contains(e.NodeHints(), nodeName)
 	case topologySameZone:
-		return slices.Contains(e.ZoneHints, zone)
+		return slices.Contains(e.ZoneHints(), zone)
 	}
 	return true
 }

@@ -21,7 +21,9 @@ func (e tep) endpoint() Endpoint {
 	ep.Ready, ep.Serving, ep.Terminating, ep.IsLocal = e.ready, e.serving, e.terminating, e.local
 	// Ready implies Serving in real EndpointSlices.
 	ep.Serving = ep.Serving || ep.Ready
-	ep.ZoneHints, ep.NodeHints = e.zones, e.nodes
+	if e.zones != nil || e.nodes != nil {
+		ep.Hints = &Hints{Zones: e.zones, Nodes: e.nodes}
+	}
 	return ep
 }
 

@@ -116,13 +116,35 @@ type Endpoint struct {
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	NodeName    string
-	Zone        string
-	// ZoneHints and NodeHints are the topology hints, sorted; nil when the endpoint has none.
-	ZoneHints []string
-	NodeHints []string
 	// IsLocal reports that the endpoint runs on this node.
-	IsLocal bool
+	IsLocal  bool
+	NodeName string
+	Zone     string
+	// Hints are the topology hints; nil when the endpoint has none (most have none, and a pointer keeps
+	// the Endpoint, of which a large cluster holds hundreds of thousands, at 88 bytes).
+	Hints *Hints
+}
+
+// Hints are an endpoint's topology hints, each list sorted.
+type Hints struct {
+	Zones []string
+	Nodes []string
+}
+
+// ZoneHints returns the zones the endpoint is hinted for (nil when none).
+func (e *Endpoint) ZoneHints() []string {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Zones
+}
+
+// NodeHints returns the nodes the endpoint is hinted for (nil when none).
+func (e *Endpoint) NodeHints() []string {
+	if e.Hints == nil {
+		return nil
+	}
+	return e.Hints.Nodes
 }
 
 // NewEndpoint returns an endpoint with Addr filled in from ip and port.

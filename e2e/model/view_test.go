@@ -120,7 +120,7 @@ func portViewOf(sp *proxy.ServicePort) portView {
 	for _, e := range sp.Endpoints {
 		pv.Endpoints = append(pv.Endpoints, endpointView{
 			Addr: e.Addr, Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, Local: e.IsLocal,
-			Node: e.NodeName, Zone: e.Zone, ZoneHints: slices.Clone(e.ZoneHints), NodeHints: slices.Clone(e.NodeHints),
+			Node: e.NodeName, Zone: e.Zone, ZoneHints: slices.Clone(e.ZoneHints()), NodeHints: slices.Clone(e.NodeHints()),
 		})
 	}
 	for _, e := range sp.ClusterEndpoints {
