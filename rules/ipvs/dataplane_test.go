@@ -122,7 +122,7 @@ func TestPartialTouchesOnlyChanges(t *testing.T) {
 	k.ipvs.vs[webVS].scheduler = "wlc"
 	delete(k.ipvs.vs[webVS].reals, rkey("10.244.2.7:8080"))
 	k.ipvs.vs[key(protoTCP, "10.96.0.20:80")].reals[rkey("10.244.9.9:80")] = &kernelReal{key: rkey("10.244.9.9:80"), weight: 1}
-	delete(k.sets.sets["KUBE-CLUSTER-IP"].entries, entry{ip: netip.MustParseAddr("10.96.0.20"), proto: protoTCP, port: 80})
+	delete(k.sets.sets["KUBE-CLUSTER-IP"].entries, ipPortEntry(netip.MustParseAddr("10.96.0.20"), protoTCP, 80))
 	delete(k.links.links[DummyLink], netip.MustParseAddr("203.0.113.7"))
 	if _, err := k.rules[v4].ts.Run("-t", "nat", "-F", "KUBE-MARK-MASQ"); err != nil {
 		t.Fatal(err)

@@ -225,18 +225,18 @@ func (f *fakeSets) listSet(name string) ([]entry, error) {
 
 // fits reports whether an entry has exactly the fields the set type takes, in the set's family.
 func (s *fakeSet) fits(e entry) bool {
-	famOK := func(a netip.Addr) bool { return familyOf(a) == s.family }
+	famOK := func(a ipAddr) bool { return familyOf(a.addr()) == s.family }
 	switch s.typ {
 	case typeBitmapPort:
-		return !e.ip.IsValid() && e.proto == 0 && !e.ip2.IsValid() && !e.net.IsValid()
+		return !e.ip.IsValid() && e.proto == 0 && !e.third.IsValid()
 	case typeHashIP:
 		return e.ip.IsValid() && famOK(e.ip) && e.proto == 0 && e.port == 0
 	case typeHashIPPort:
-		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && !e.ip2.IsValid() && !e.net.IsValid()
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && !e.third.IsValid()
 	case typeHashIPPortIP:
-		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && e.ip2.IsValid() && famOK(e.ip2)
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && !e.isNet && e.third.IsValid() && famOK(e.third)
 	case typeHashIPPortNet:
-		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && e.net.IsValid() && famOK(e.net.Addr())
+		return e.ip.IsValid() && famOK(e.ip) && e.proto != 0 && e.isNet && e.third.IsValid() && famOK(e.third)
 	}
 	return false
 }

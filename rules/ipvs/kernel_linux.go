@@ -183,7 +183,7 @@ func (s *kernelSets) listSet(name string) ([]entry, error) {
 	for _, ke := range res.Entries {
 		var e entry
 		if ke.IP != nil {
-			e.ip = addrOf(ke.IP)
+			e.ip = ipOf(addrOf(ke.IP))
 		}
 		if ke.Port != nil {
 			e.port = *ke.Port
@@ -194,12 +194,13 @@ func (s *kernelSets) listSet(name string) ([]entry, error) {
 		if ke.IP2 != nil {
 			a := addrOf(ke.IP2)
 			if res.TypeName == typeHashIPPortNet {
-				e.net = netip.PrefixFrom(a, int(ke.CIDR2))
-				if ke.CIDR2 == 0 {
-					e.net = netip.PrefixFrom(a, a.BitLen())
+				bits := int(ke.CIDR2)
+				if bits == 0 {
+					bits = a.BitLen()
 				}
+				e = e.withNet(netip.PrefixFrom(a, bits))
 			} else {
-				e.ip2 = a
+				e = e.withIP2(a)
 			}
 		}
 		out = append(out, e)
@@ -223,11 +224,11 @@ func netlinkEntry(typ string, e entry) *netlink.IPSetEntry {
 	}
 	ne.Protocol = &proto
 	switch {
-	case e.ip2.IsValid():
-		ne.IP2 = net.IP(e.ip2.AsSlice())
-	case e.net.IsValid():
-		ne.IP2 = net.IP(e.net.Addr().AsSlice())
-		ne.CIDR2 = uint8(e.net.Bits())
+	case e.isNet:
+		ne.IP2 = net.IP(e.third.AsSlice())
+		ne.CIDR2 = e.bits
+	case e.third.IsValid():
+		ne.IP2 = net.IP(e.third.AsSlice())
 	}
 	return ne
 }

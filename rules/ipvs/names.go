@@ -68,7 +68,7 @@ var jumpRules = []jumpRule{
 }
 
 // setID indexes setDefs.
-type setID int
+type setID uint8
 
 // The ipsets of IPVS mode. All but the last two are upstream's; setInternalNoLocal and setExternalNoLocal
 // are ours (see the package documentation: they give Local traffic policies without local endpoints the

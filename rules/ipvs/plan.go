@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"bytes"
 	"cmp"
 	"net/netip"
 	"slices"
@@ -109,13 +110,52 @@ func (v *virtualServer) sameService(scheduler string, flags, timeout uint32) boo
 }
 
 // entry is a member of an ipset. Which fields are set depends on the set's type: port only (bitmap:port),
-// ip (hash:ip), ip+proto+port (hash:ip,port), and ip2 (hash:ip,port,ip) or net (hash:ip,port,net) on top.
+// ip (hash:ip), ip+proto+port (hash:ip,port), and a third part on top: an address (hash:ip,port,ip) or a
+// network (hash:ip,port,net).
+//
+// Entries are the writer's most numerous values (one per Service port and address, one per local
+// endpoint), kept in each port's plan and as map keys: they hold addresses as ipAddr, without netip.Addr's
+// zone pointer, in 40 bytes instead of 88, and maps of them are not scanned by the garbage collector.
 type entry struct {
-	ip    netip.Addr
+	ip    ipAddr
+	third ipAddr // the address of ip2 or of net
+	isNet bool   // third is a network of bits bits
+	bits  uint8
 	proto protocol
 	port  uint16
-	ip2   netip.Addr
-	net   netip.Prefix
+}
+
+// ipPortEntry is ip,proto:port.
+func ipPortEntry(ip netip.Addr, proto protocol, port uint16) entry {
+	return entry{ip: ipOf(ip), proto: proto, port: port}
+}
+
+// withIP2 returns e with the address ip2 as its third part (hash:ip,port,ip).
+func (e entry) withIP2(ip2 netip.Addr) entry {
+	e.third, e.isNet, e.bits = ipOf(ip2), false, 0
+	return e
+}
+
+// withNet returns e with the network n as its third part (hash:ip,port,net).
+func (e entry) withNet(n netip.Prefix) entry {
+	e.third, e.isNet, e.bits = ipOf(n.Addr()), true, uint8(n.Bits())
+	return e
+}
+
+// ip2 is the entry's third part when it is an address (invalid otherwise).
+func (e entry) ip2() netip.Addr {
+	if e.isNet {
+		return netip.Addr{}
+	}
+	return e.third.addr()
+}
+
+// net is the entry's third part when it is a network (invalid otherwise).
+func (e entry) net() netip.Prefix {
+	if !e.isNet {
+		return netip.Prefix{}
+	}
+	return netip.PrefixFrom(e.third.addr(), int(e.bits))
 }
 
 // String writes the entry as the ipset tool does ("10.0.0.1,tcp:80,10.0.0.2").
@@ -128,10 +168,10 @@ func (e entry) String() string {
 	}
 	s := e.ip.String() + "," + e.proto.String() + ":" + strconv.Itoa(int(e.port))
 	switch {
-	case e.ip2.IsValid():
-		s += "," + e.ip2.String()
-	case e.net.IsValid():
-		s += "," + e.net.String()
+	case e.isNet:
+		s += "," + e.net().String()
+	case e.third.IsValid():
+		s += "," + e.third.String()
 	}
 	return s
 }
@@ -146,13 +186,57 @@ func (e entry) compare(o entry) int {
 	if c := cmp.Compare(e.proto, o.proto); c != 0 {
 		return c
 	}
-	if c := e.ip2.Compare(o.ip2); c != 0 {
+	if e.isNet != o.isNet { // addresses before networks
+		if o.isNet {
+			return -1
+		}
+		return 1
+	}
+	if c := e.third.Compare(o.third); c != 0 {
 		return c
 	}
-	if c := e.net.Addr().Compare(o.net.Addr()); c != 0 {
+	return cmp.Compare(e.bits, o.bits)
+}
+
+// ipAddr is an IP address without a zone (ipset members have none) and without netip.Addr's pointer: its
+// 16 bytes (IPv4 as the last four) and its length, 0 when invalid.
+type ipAddr struct {
+	b   [16]byte
+	len uint8
+}
+
+// ipOf converts a (zone-less) address.
+func ipOf(a netip.Addr) ipAddr {
+	switch {
+	case a.Is4():
+		return ipAddr{b: a.As16(), len: 4}
+	case a.IsValid():
+		return ipAddr{b: a.As16(), len: 16}
+	}
+	return ipAddr{}
+}
+
+// addr converts back.
+func (a ipAddr) addr() netip.Addr {
+	switch a.len {
+	case 4:
+		return netip.AddrFrom16(a.b).Unmap()
+	case 16:
+		return netip.AddrFrom16(a.b)
+	}
+	return netip.Addr{}
+}
+
+func (a ipAddr) IsValid() bool   { return a.len != 0 }
+func (a ipAddr) String() string  { return a.addr().String() }
+func (a ipAddr) AsSlice() []byte { return a.addr().AsSlice() }
+
+// Compare orders like netip.Addr.Compare: invalid, then IPv4, then IPv6, each by value.
+func (a ipAddr) Compare(o ipAddr) int {
+	if c := cmp.Compare(a.len, o.len); c != 0 {
 		return c
 	}
-	return cmp.Compare(e.net.Bits(), o.net.Bits())
+	return bytes.Compare(a.b[:], o.b[:])
 }
 
 // setEntry is an entry of a given set.
@@ -238,12 +322,12 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 			flags: flags, timeout: timeout, reals: reals})
 	}
 	add := func(id setID, e entry) { p.entries = append(p.entries, setEntry{id, e}) }
-	ipPort := func(ip netip.Addr) entry { return entry{ip: ip, proto: proto, port: port} }
+	ipPort := func(ip netip.Addr) entry { return ipPortEntry(ip, proto, port) }
 
 	// Hairpin: a local endpoint reaching itself through the Service is masqueraded.
 	for i := range sp.Endpoints {
 		if e := &sp.Endpoints[i]; e.IsLocal && familyOf(e.IP) == cfg.Family {
-			add(setLoopBack, entry{ip: e.IP, proto: proto, port: uint16(e.Port), ip2: e.IP})
+			add(setLoopBack, ipPortEntry(e.IP, proto, uint16(e.Port)).withIP2(e.IP))
 		}
 	}
 
@@ -308,7 +392,7 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 				if familyOf(r.Addr()) != cfg.Family {
 					continue
 				}
-				add(setLoadBalancerSourceCIDR, entry{ip: ip, proto: proto, port: port, net: r.Masked()})
+				add(setLoadBalancerSourceCIDR, ipPort(ip).withNet(r.Masked()))
 				if nodeIP.IsValid() && r.Contains(nodeIP) {
 					allowNode = true
 				}
@@ -316,7 +400,7 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 			if allowNode {
 				// Traffic from a backend host to the load balancer may be routed back to this node with
 				// the load-balancer IP as its source.
-				add(setLoadBalancerSourceIP, entry{ip: ip, proto: proto, port: port, ip2: ip})
+				add(setLoadBalancerSourceIP, ipPort(ip).withIP2(ip))
 			} else {
 				p.noNodeAccess = append(p.noNodeAccess, ipPort(ip))
 			}
@@ -345,15 +429,15 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 			}
 		case protoSCTP:
 			for _, ip := range en.nodePortIPs {
-				add(setNodePortSCTP, entry{ip: ip, proto: proto, port: np})
+				add(setNodePortSCTP, ipPortEntry(ip, proto, np))
 				if sp.ExternalPolicyLocal {
-					add(setNodePortLocalSCTP, entry{ip: ip, proto: proto, port: np})
+					add(setNodePortLocalSCTP, ipPortEntry(ip, proto, np))
 				}
 			}
 		}
 		for _, ip := range en.nodePortIPs {
 			if externalNoLocal {
-				add(setExternalNoLocal, entry{ip: ip, proto: proto, port: np})
+				add(setExternalNoLocal, ipPortEntry(ip, proto, np))
 			}
 			newVS(ip, np, external)
 		}
@@ -363,7 +447,7 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 		add(setHealthCheckNodePort, entry{port: uint16(sp.HealthCheckNodePort)})
 	}
 	for _, ip := range p.binds {
-		add(setIPVSIPs, entry{ip: ip})
+		add(setIPVSIPs, entry{ip: ipOf(ip)})
 	}
 	return p
 }

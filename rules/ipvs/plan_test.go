@@ -226,8 +226,8 @@ func TestPlanSemantics(t *testing.T) {
 		{"bindAddress: primary NodePorts on it", realsOf("bind-address", "192.168.1.10:30443", protoTCP), "10.244.2.6:8443"},
 		{"bindAddress: not on the Node's first IP", realsOf("bind-address", "192.168.0.10:30443", protoTCP), "<no virtual server>"},
 		{"bindAddress: source range containing it", has("bind-address", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
-		{"bindAddress: source range with the Node's first IP only", plans["bind-address"].noNodeAccess[entry{ip: netip.MustParseAddr("198.51.100.22"), proto: protoTCP, port: 443}], 1},
-		{"source range without the node", plans["loadbalancer"].noNodeAccess[entry{ip: netip.MustParseAddr("198.51.100.22"), proto: protoTCP, port: 443}], 1},
+		{"bindAddress: source range with the Node's first IP only", plans["bind-address"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
+		{"source range without the node", plans["loadbalancer"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
 		{"IPv6 ignores IPv4 source ranges", len(plans["ipv6"].sets[setLoadBalancerSourceCIDR]), 1},
 		{"IPv6 node ports skip link-local", realsOf("ipv6", "[fe80::1]:30080", protoTCP), "<no virtual server>"},
 		{"IPv6 node port", realsOf("ipv6", "[fd00::10]:30080", protoTCP), "[fd00:10:244:1::5]:8080 [fd00:10:244:2::6]:8080"},
@@ -252,5 +252,50 @@ func TestSetNames(t *testing.T) {
 	}
 	if got, want := setName(setClusterIP, v6), "KUBE-6-CLUSTER-IP"; got != want {
 		t.Errorf("IPv6 name = %q, want %q", got, want)
+	}
+}
+
+// TestEntryEncoding: the compact form of set members gives back the addresses and networks it was made
+// from, prints as the ipset tool does, and orders addresses as netip does.
+func TestEntryEncoding(t *testing.T) {
+	addrs := []string{"10.0.0.1", "10.0.0.2", "192.0.2.255", "0.0.0.0", "::", "fd00::1", "fd00::2", "::ffff:10.0.0.1", "2001:db8::ff"}
+	for _, a := range addrs {
+		ip := netip.MustParseAddr(a)
+		if got := ipOf(ip).addr(); got != ip {
+			t.Errorf("ipOf(%s).addr() = %s", ip, got)
+		}
+		for _, b := range addrs {
+			o := netip.MustParseAddr(b)
+			if got, want := ipOf(ip).Compare(ipOf(o)), ip.Compare(o); got != want {
+				t.Errorf("compare %s %s = %d, netip says %d", ip, o, got, want)
+			}
+		}
+	}
+	if ipOf(netip.Addr{}).IsValid() || ipOf(netip.Addr{}).Compare(ipOf(netip.MustParseAddr("0.0.0.0"))) >= 0 {
+		t.Error("an invalid address is valid or does not sort first")
+	}
+	base := ipPortEntry(netip.MustParseAddr("10.0.0.1"), protoTCP, 80)
+	for _, tc := range []struct {
+		e    entry
+		want string
+	}{
+		{entry{port: 30080}, "30080"},
+		{entry{ip: ipOf(netip.MustParseAddr("10.0.0.1"))}, "10.0.0.1"},
+		{base, "10.0.0.1,tcp:80"},
+		{base.withIP2(netip.MustParseAddr("10.0.0.9")), "10.0.0.1,tcp:80,10.0.0.9"},
+		{base.withNet(netip.MustParsePrefix("192.168.0.0/16")), "10.0.0.1,tcp:80,192.168.0.0/16"},
+		{ipPortEntry(netip.MustParseAddr("fd00::1"), protoUDP, 53).withNet(netip.MustParsePrefix("fd00::/8")), "fd00::1,udp:53,fd00::/8"},
+	} {
+		if got := tc.e.String(); got != tc.want {
+			t.Errorf("String() = %q, want %q", got, tc.want)
+		}
+	}
+	n := base.withNet(netip.MustParsePrefix("10.1.0.0/16"))
+	if n.net() != netip.MustParsePrefix("10.1.0.0/16") || n.ip2().IsValid() {
+		t.Errorf("net entry: net %v ip2 %v", n.net(), n.ip2())
+	}
+	a := base.withIP2(netip.MustParseAddr("10.1.0.0"))
+	if a.ip2() != netip.MustParseAddr("10.1.0.0") || a.net().IsValid() || a == n || a.compare(n) >= 0 || n.compare(a) <= 0 {
+		t.Errorf("address entry: ip2 %v net %v; an address and a network of the same bytes must differ", a.ip2(), a.net())
 	}
 }
