@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 )
 
 // benchObjects returns n Services, each with one EndpointSlice of m ready endpoints (half of them on this
@@ -130,8 +131,9 @@ func BenchmarkTrackerRetained(b *testing.B) {
 		tr := NewTracker(TrackerOptions{NodeName: thisNode, Families: []v1.IPFamily{v1.IPv4Protocol}})
 		svcs, slices := benchObjects(services, endpoints)
 		for i := range svcs {
-			tr.OnService(nil, svcs[i])
-			tr.OnEndpointSlice(nil, slices[i])
+			// As from a watch: each object decoded from protobuf on its own (its strings allocated apart).
+			tr.OnService(nil, protoRoundTrip(b, svcs[i]))
+			tr.OnEndpointSlice(nil, protoRoundTrip(b, slices[i]))
 		}
 		svcs, slices = nil, nil
 		build := tr.Snapshots()
@@ -141,4 +143,22 @@ func BenchmarkTrackerRetained(b *testing.B) {
 		runtime.KeepAlive(tr)
 		runtime.KeepAlive(build)
 	}
+}
+
+// protoRoundTrip encodes obj as the API server sends it (protobuf) and decodes it again.
+func protoRoundTrip[T apiruntime.Object](b *testing.B, obj T) T {
+	info, _ := apiruntime.SerializerInfoForMediaType(apiCodecs.SupportedMediaTypes(), apiruntime.ContentTypeProtobuf)
+	gvks, _, err := apiScheme.ObjectKinds(obj)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := apiruntime.Encode(apiCodecs.EncoderForVersion(info.Serializer, gvks[0].GroupVersion()), obj)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _, err := info.Serializer.Decode(data, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out.(T)
 }

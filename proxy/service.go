@@ -56,20 +56,25 @@ type specPort struct {
 // newServiceSpec extracts what the proxy reads from a Service.
 func newServiceSpec(svc *v1.Service) *serviceSpec {
 	sp := &svc.Spec
+	// Enumerations are replaced by the constants they equal, so that the decoded strings are not kept (a
+	// few bytes each, for every Service).
 	out := &serviceSpec{
 		skip:                skipService(svc),
-		typ:                 sp.Type,
+		typ:                 canon(sp.Type, v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer),
 		clusterIP:           sp.ClusterIP,
 		clusterIPs:          slices.Clip(sp.ClusterIPs),
-		ipFamilies:          slices.Clip(sp.IPFamilies),
+		ipFamilies:          canonFamilies(sp.IPFamilies),
 		externalIPs:         slices.Clip(sp.ExternalIPs),
 		sourceRanges:        slices.Clip(sp.LoadBalancerSourceRanges),
-		externalPolicy:      sp.ExternalTrafficPolicy,
-		affinity:            sp.SessionAffinity,
+		externalPolicy:      canon(sp.ExternalTrafficPolicy, v1.ServiceExternalTrafficPolicyCluster, v1.ServiceExternalTrafficPolicyLocal),
+		affinity:            canon(sp.SessionAffinity, v1.ServiceAffinityNone, v1.ServiceAffinityClientIP),
 		healthCheckNodePort: sp.HealthCheckNodePort,
 	}
+	if len(out.clusterIPs) == 1 && out.clusterIPs[0] == out.clusterIP {
+		out.clusterIP = out.clusterIPs[0] // one copy of the string
+	}
 	if sp.InternalTrafficPolicy != nil {
-		out.internalPolicy = *sp.InternalTrafficPolicy
+		out.internalPolicy = canon(*sp.InternalTrafficPolicy, v1.ServiceInternalTrafficPolicyCluster, v1.ServiceInternalTrafficPolicyLocal)
 	}
 	if sp.TrafficDistribution != nil {
 		out.trafficDistribution = *sp.TrafficDistribution
@@ -81,7 +86,8 @@ func newServiceSpec(svc *v1.Service) *serviceSpec {
 	if len(sp.Ports) > 0 {
 		out.ports = make([]specPort, len(sp.Ports))
 		for i, p := range sp.Ports {
-			out.ports[i] = specPort{name: p.Name, protocol: p.Protocol, port: p.Port, nodePort: p.NodePort}
+			out.ports[i] = specPort{name: p.Name, protocol: canon(p.Protocol, v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP),
+				port: p.Port, nodePort: p.NodePort}
 		}
 	}
 	if ing := svc.Status.LoadBalancer.Ingress; len(ing) > 0 {
@@ -93,6 +99,33 @@ func newServiceSpec(svc *v1.Service) *serviceSpec {
 		}
 	}
 	return out
+}
+
+// canon returns the constant among known that v equals, or v.
+func canon[T ~string](v T, known ...T) T {
+	for _, k := range known {
+		if v == k {
+			return k
+		}
+	}
+	return v
+}
+
+// The usual ipFamilies, shared by the specs that have them (never modified).
+var (
+	familiesV4   = []v1.IPFamily{v1.IPv4Protocol}
+	familiesV6   = []v1.IPFamily{v1.IPv6Protocol}
+	familiesV4V6 = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	familiesV6V4 = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
+)
+
+func canonFamilies(fs []v1.IPFamily) []v1.IPFamily {
+	for _, c := range [][]v1.IPFamily{familiesV4, familiesV6, familiesV4V6, familiesV6V4} {
+		if slices.Equal(fs, c) {
+			return c
+		}
+	}
+	return slices.Clip(fs)
 }
 
 // equal reports whether two specs are proxied identically (nil is no Service).
