@@ -70,8 +70,9 @@ type builder struct {
 	family v1.IPFamily
 	opts   serviceOptions
 	last   *Snapshot
-	// portsOf records, per Service, the port names it contributed to last.
-	portsOf map[serviceKey][]ServicePortName
+	// portsOf records, per Service, the ports it contributed to the last snapshot (pointers to the
+	// snapshot's own: a name is 64 bytes, a pointer 8).
+	portsOf map[serviceKey][]*ServicePort
 }
 
 func newBuilder(family v1.IPFamily, opts serviceOptions, nodeName string) *builder {
@@ -79,7 +80,7 @@ func newBuilder(family v1.IPFamily, opts serviceOptions, nodeName string) *build
 		family:  family,
 		opts:    opts,
 		last:    &Snapshot{Family: family, Node: Node{Name: nodeName}, Services: map[ServicePortName]*ServicePort{}},
-		portsOf: map[serviceKey][]ServicePortName{},
+		portsOf: map[serviceKey][]*ServicePort{},
 	}
 }
 
@@ -135,7 +136,7 @@ func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []service
 	}
 	// portsOf is updated once the whole snapshot is built, so that a build that never completes leaves the
 	// builder as it was.
-	portsOf := make(map[serviceKey][]ServicePortName, len(inputs))
+	portsOf := make(map[serviceKey][]*ServicePort, len(inputs))
 	for _, in := range inputs {
 		ports, err := b.servicePorts(in, node, problems)
 		if err != nil {
@@ -144,29 +145,29 @@ func (b *builder) build(node Node, serviceCIDRs []netip.Prefix, inputs []service
 			problems(in.key, "skipped: building its rules panicked: "+err.Error())
 			continue
 		}
-		names := make([]ServicePortName, 0, len(ports))
+		kept := make([]*ServicePort, 0, len(ports))
 		for _, sp := range ports {
-			names = append(names, sp.Name)
 			if old, ok := prev.Services[sp.Name]; ok && old.Equal(sp) {
-				next.Services[sp.Name] = old
-				continue
+				sp = old
+			} else {
+				next.changed = append(next.changed, sp.Name)
 			}
 			next.Services[sp.Name] = sp
-			next.changed = append(next.changed, sp.Name)
+			kept = append(kept, sp)
 		}
-		for _, name := range b.portsOf[in.key] {
-			if !slices.Contains(names, name) {
-				delete(next.Services, name)
-				next.changed = append(next.changed, name)
+		for _, old := range b.portsOf[in.key] {
+			if !slices.ContainsFunc(kept, func(sp *ServicePort) bool { return sp.Name == old.Name }) {
+				delete(next.Services, old.Name)
+				next.changed = append(next.changed, old.Name)
 			}
 		}
-		portsOf[in.key] = names
+		portsOf[in.key] = kept
 	}
-	for k, names := range portsOf {
-		if len(names) == 0 {
+	for k, ports := range portsOf {
+		if len(ports) == 0 {
 			delete(b.portsOf, k)
 		} else {
-			b.portsOf[k] = names
+			b.portsOf[k] = ports
 		}
 	}
 	slices.SortFunc(next.changed, ServicePortName.Compare)
