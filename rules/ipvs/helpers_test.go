@@ -145,7 +145,7 @@ func fakeState(family v1.IPFamily, k *fakeKernel) *state {
 	s := &state{sets: map[string][]string{}}
 	list, _ := k.ipvs.services()
 	for _, v := range list {
-		if familyOf(v.key.addr) != family {
+		if familyOf(v.key.Addr()) != family {
 			continue
 		}
 		s.vs = append(s.vs, vsLine(v.key, v.scheduler, v.flags, v.timeout))
@@ -218,12 +218,12 @@ func apply(t *testing.T, d *Dataplane, snap *proxy.Snapshot, full bool) {
 
 func key(proto protocol, addrPort string) vsKey {
 	ap := netip.MustParseAddrPort(addrPort)
-	return vsKey{ap.Addr(), ap.Port(), proto}
+	return newVSKey(ap.Addr(), ap.Port(), proto)
 }
 
 func rkey(addrPort string) realKey {
 	ap := netip.MustParseAddrPort(addrPort)
-	return realKey{ap.Addr(), ap.Port()}
+	return newRealKey(ap.Addr(), ap.Port())
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -32,8 +32,8 @@ func ipvsFamily(a netip.Addr) ipvs.AddressFamily {
 // service returns the library's service for a key. The kernel refuses a full service without a netmask
 // attribute, so it is always set (a host mask: persistence is per client address).
 func service(k vsKey) ipvs.Service {
-	s := ipvs.Service{Address: k.addr, Port: k.port, Protocol: ipvs.Protocol(k.proto), Family: ipvsFamily(k.addr)}
-	if k.addr.Is4() {
+	s := ipvs.Service{Address: k.Addr(), Port: k.port, Protocol: ipvs.Protocol(k.proto), Family: ipvsFamily(k.Addr())}
+	if k.Addr().Is4() {
 		s.Netmask = netmask.MaskFrom(32, 32)
 	} else {
 		s.Netmask = netmask.MaskFrom(128, 128)
@@ -42,7 +42,7 @@ func service(k vsKey) ipvs.Service {
 }
 
 func destination(r realKey, weight uint32) ipvs.Destination {
-	return ipvs.Destination{Address: r.addr, Port: r.port, Family: ipvsFamily(r.addr), FwdMethod: ipvs.Masquerade, Weight: weight}
+	return ipvs.Destination{Address: r.Addr(), Port: r.port, Family: ipvsFamily(r.Addr()), FwdMethod: ipvs.Masquerade, Weight: weight}
 }
 
 // ipvsErr classifies the kernel's answers: EEXIST for duplicates, ESRCH (service) and ENOENT (real
@@ -72,7 +72,7 @@ func (h *kernelIPVS) services() ([]kernelVS, error) {
 		if s.FWMark != 0 || !s.Address.IsValid() {
 			continue // fwmark services are never ours
 		}
-		out = append(out, kernelVS{key: vsKey{s.Address.Unmap(), s.Port, protocol(s.Protocol)},
+		out = append(out, kernelVS{key: newVSKey(s.Address.Unmap(), s.Port, protocol(s.Protocol)),
 			scheduler: s.Scheduler, flags: uint32(s.Flags) &^ flagHashed, timeout: s.Timeout})
 	}
 	return out, nil
@@ -102,7 +102,7 @@ func (h *kernelIPVS) reals(k vsKey) ([]kernelReal, error) {
 	}
 	out := make([]kernelReal, 0, len(list))
 	for _, d := range list {
-		out = append(out, kernelReal{key: realKey{d.Address.Unmap(), d.Port}, weight: d.Weight,
+		out = append(out, kernelReal{key: newRealKey(d.Address.Unmap(), d.Port), weight: d.Weight,
 			active: d.ActiveConnections, inactive: d.InactiveConnections})
 	}
 	return out, nil

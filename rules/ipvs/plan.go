@@ -59,19 +59,27 @@ const (
 	flagSched2     = 0x0010 // sh-port / mh-port
 )
 
-// vsKey identifies a virtual server.
+// vsKey identifies a virtual server. Keys hold their address as an ipAddr (no pointer, 20 bytes instead of
+// 32): the writer keeps several per virtual server and real server, in maps and sorted slices.
 type vsKey struct {
-	addr  netip.Addr
+	ip    ipAddr
 	port  uint16
 	proto protocol
 }
 
+func newVSKey(addr netip.Addr, port uint16, proto protocol) vsKey {
+	return vsKey{ip: ipOf(addr), port: port, proto: proto}
+}
+
+// Addr is the virtual server's address.
+func (k vsKey) Addr() netip.Addr { return k.ip.addr() }
+
 func (k vsKey) String() string {
-	return k.proto.String() + "/" + netip.AddrPortFrom(k.addr, k.port).String()
+	return k.proto.String() + "/" + netip.AddrPortFrom(k.Addr(), k.port).String()
 }
 
 func (k vsKey) compare(o vsKey) int {
-	if c := k.addr.Compare(o.addr); c != 0 {
+	if c := k.ip.Compare(o.ip); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(k.port, o.port); c != 0 {
@@ -82,14 +90,19 @@ func (k vsKey) compare(o vsKey) int {
 
 // realKey identifies a real server of a virtual server.
 type realKey struct {
-	addr netip.Addr
+	ip   ipAddr
 	port uint16
 }
 
-func (r realKey) String() string { return netip.AddrPortFrom(r.addr, r.port).String() }
+func newRealKey(addr netip.Addr, port uint16) realKey { return realKey{ip: ipOf(addr), port: port} }
+
+// Addr is the real server's address.
+func (r realKey) Addr() netip.Addr { return r.ip.addr() }
+
+func (r realKey) String() string { return netip.AddrPortFrom(r.Addr(), r.port).String() }
 
 func (r realKey) compare(o realKey) int {
-	if c := r.addr.Compare(o.addr); c != 0 {
+	if c := r.ip.Compare(o.ip); c != 0 {
 		return c
 	}
 	return cmp.Compare(r.port, o.port)
@@ -318,7 +331,7 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 		flags |= flagSched2
 	}
 	newVS := func(addr netip.Addr, port uint16, reals []realKey) {
-		p.vss = append(p.vss, &virtualServer{key: vsKey{addr, port, proto}, scheduler: cfg.Scheduler,
+		p.vss = append(p.vss, &virtualServer{key: newVSKey(addr, port, proto), scheduler: cfg.Scheduler,
 			flags: flags, timeout: timeout, reals: reals})
 	}
 	add := func(id setID, e entry) { p.entries = append(p.entries, setEntry{id, e}) }
@@ -456,7 +469,7 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 func reals(eps []proxy.Endpoint) []realKey {
 	out := make([]realKey, 0, len(eps))
 	for i := range eps {
-		out = append(out, realKey{eps[i].IP, uint16(eps[i].Port)})
+		out = append(out, newRealKey(eps[i].IP, uint16(eps[i].Port)))
 	}
 	slices.SortFunc(out, realKey.compare)
 	return slices.Compact(out)

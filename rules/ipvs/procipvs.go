@@ -52,7 +52,7 @@ func parseProcIPVS(b []byte) (map[vsKey][]kernelReal, error) {
 				}
 				nums[i] = uint32(max(v, 0))
 			}
-			out[*cur] = append(out[*cur], kernelReal{key: realKey{addr, port}, weight: nums[0], active: nums[1], inactive: nums[2]})
+			out[*cur] = append(out[*cur], kernelReal{key: newRealKey(addr, port), weight: nums[0], active: nums[1], inactive: nums[2]})
 			continue
 		}
 		var proto protocol
@@ -74,7 +74,7 @@ func parseProcIPVS(b []byte) (map[vsKey][]kernelReal, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		k := vsKey{addr, port, proto}
+		k := newVSKey(addr, port, proto)
 		out[k] = out[k][:0:0]
 		cur = &k
 	}

@@ -93,7 +93,7 @@ func probeScheduler(h ipvsHandle, scheduler string) error {
 			return nil
 		}
 	}
-	k := vsKey{probeAddr, 20000, protoTCP}
+	k := newVSKey(probeAddr, 20000, protoTCP)
 	_ = h.removeService(k)
 	if err := h.createService(kernelVS{key: k, scheduler: scheduler}); err != nil {
 		return err

@@ -139,10 +139,10 @@ func (d *Dataplane) syncAllVS(have *model) error {
 	var errs []error
 	var rest []vsKey
 	for _, kv := range list {
-		if familyOf(kv.key.addr) != d.family {
+		if familyOf(kv.key.Addr()) != d.family {
 			continue
 		}
-		if d.want.vs(kv.key) == nil && d.cfg.excluded(kv.key.addr) {
+		if d.want.vs(kv.key) == nil && d.cfg.excluded(kv.key.Addr()) {
 			continue // someone else's, left alone
 		}
 		m := &modelVS{kernelVS: kv}

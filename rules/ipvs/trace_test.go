@@ -21,14 +21,14 @@ func traceState(t *testing.T, k *fakeKernel, cfg Config) *iptrace.Tables {
 	f.ts.ClearVirtualServers()
 	list, _ := k.ipvs.services()
 	for _, v := range list {
-		if familyOf(v.key.addr) != cfg.Family {
+		if familyOf(v.key.Addr()) != cfg.Family {
 			continue
 		}
-		vs := iptrace.VirtualServer{Addr: v.key.addr, Port: v.key.port, Protocol: v.key.proto.String(),
+		vs := iptrace.VirtualServer{Addr: v.key.Addr(), Port: v.key.port, Protocol: v.key.proto.String(),
 			Persistent: v.flags&flagPersistent != 0}
 		rs, _ := k.ipvs.reals(v.key)
 		for _, r := range rs {
-			vs.Reals = append(vs.Reals, iptrace.RealServer{Addr: netip.AddrPortFrom(r.key.addr, r.key.port), Weight: int(r.weight)})
+			vs.Reals = append(vs.Reals, iptrace.RealServer{Addr: netip.AddrPortFrom(r.key.Addr(), r.key.port), Weight: int(r.weight)})
 		}
 		if err := f.ts.AddVirtualServer(vs); err != nil {
 			t.Fatal(err)
@@ -59,7 +59,7 @@ func TestTraceCases(t *testing.T) {
 			pkt.Src = pkt.Dst
 		}
 		if p.From.StickyTo != "" {
-			vs := vsKey{sticky.ClusterIP, uint16(sticky.Port), protoTCP}
+			vs := newVSKey(sticky.ClusterIP, uint16(sticky.Port), protoTCP)
 			pkt.Persistence = map[string]netip.AddrPort{vs.String(): netip.MustParseAddrPort(p.From.StickyTo)}
 		}
 		res, err := ts.Trace(pkt)
