@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -18,29 +19,7 @@ import (
 // namespace and lists them back: what the kernel returns must be the entries added, so that a resync
 // compares like with like. (KP_E2E=1, root.)
 func TestKernelSetsRoundTrip(t *testing.T) {
-	ns := netnstest.New(t)
-	// The whole test runs on one thread moved into the namespace: bitmap:port members go over a socket of
-	// the thread's own namespace, as in the daemon (which runs in its node's namespace).
-	runtime.LockOSThread() // never unlocked: the thread ends with the test's goroutine
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	h, err := netns.GetFromName(ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
-	defer netns.Set(orig)
-	nh, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nh.Close()
+	nh := enterNetns(t)
 	s := &kernelSets{h: nh}
 	ip := netip.MustParseAddr
 	cases := []struct {
@@ -74,6 +53,104 @@ func TestKernelSetsRoundTrip(t *testing.T) {
 		want := slices.SortedFunc(slices.Values(tc.entries), entry.compare)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s %s: listed %v, added %v", tc.typ, tc.family, got, want)
+		}
+	}
+}
+
+// enterNetns moves the test's goroutine, on a thread of its own, into a new network namespace until the
+// test ends, and returns a netlink handle there. Everything a test does on that goroutine (sockets opened
+// per request too) happens in the namespace, as in the daemon, which runs in its node's.
+func enterNetns(t *testing.T) *netlink.Handle {
+	t.Helper()
+	ns := netnstest.New(t)
+	runtime.LockOSThread() // never unlocked: the thread ends with the test's goroutine
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := netns.GetFromName(ns.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Set(h); err != nil {
+		t.Fatal(err)
+	}
+	nh, err := netlink.NewHandle(unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		nh.Close()
+		netns.Set(orig)
+		orig.Close()
+		h.Close()
+	})
+	return nh
+}
+
+// TestKernelAddrs lists a link's addresses and the node's (every link but one) with the writer's lean
+// dump, in a network namespace, and compares them with netlink.AddrList's. (KP_E2E=1, root.)
+func TestKernelAddrs(t *testing.T) {
+	nh := enterNetns(t)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "kp-a"}, PeerName: "kp-b"}
+	if err := nh.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lo", "kp-a", "kp-b"} {
+		lk, err := nh.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nh.LinkSetUp(lk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add := func(link, cidr string) {
+		lk, err := nh.LinkByName(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Flags = unix.IFA_F_NODAD
+		if err := nh.AddrAdd(lk, a); err != nil {
+			t.Fatalf("adding %s to %s: %v", cidr, link, err)
+		}
+	}
+	for i := 1; i <= 50; i++ { // like Service addresses on kube-ipvs0
+		add("kp-a", fmt.Sprintf("10.96.0.%d/32", i))
+		add("kp-a", fmt.Sprintf("fd00:96::%x/128", i))
+	}
+	add("kp-b", "192.168.7.2/24")
+	add("kp-b", "fd00:7::2/64")
+	l := &kernelLinks{h: nh, index: map[string]int{}}
+	a, err := nh.LinkByName("kp-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		want := func(keep func(netlink.Addr) bool) []netip.Addr {
+			list, err := nh.AddrList(nil, nlFamily(fam))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []netip.Addr
+			for _, x := range list {
+				if keep(x) {
+					out = append(out, addrOf(x.IP))
+				}
+			}
+			return out
+		}
+		got, err := l.addrs("kp-a", fam)
+		if w := want(func(x netlink.Addr) bool { return x.LinkIndex == a.Attrs().Index }); err != nil || !slices.Equal(got, w) || len(got) < 50 {
+			t.Errorf("%s addrs(kp-a) = %v, %v; AddrList says %v", fam, got, err, w)
+		}
+		got, err = l.localAddrs(fam, "kp-a")
+		if w := want(func(x netlink.Addr) bool { return x.LinkIndex != a.Attrs().Index }); err != nil || !slices.Equal(got, w) || len(got) < 2 {
+			t.Errorf("%s localAddrs(but kp-a) = %v, %v; AddrList says %v", fam, got, err, w)
 		}
 	}
 }
