@@ -34,6 +34,8 @@ func TestKernelSetsRoundTrip(t *testing.T) {
 			ipPortEntry(ip("192.0.2.10"), protoTCP, 443).withNet(netip.MustParsePrefix("203.0.113.7/32"))}},
 		{typeHashIPPortNet, v1.IPv6Protocol, []entry{ipPortEntry(ip("2001:db8::10"), protoTCP, 443).withNet(netip.MustParsePrefix("fd00::/8"))}},
 		{typeBitmapPort, v1.IPv4Protocol, []entry{{port: 30080}}},
+		// More members than one netlink message holds: the dump's later messages have no type name.
+		{typeHashIPPortNet, v1.IPv4Protocol, manyNetEntries(3000)},
 	}
 	for i, tc := range cases {
 		name := "KP-TEST-" + string(rune('A'+i))
@@ -153,4 +155,13 @@ func TestKernelAddrs(t *testing.T) {
 			t.Errorf("%s localAddrs(but kp-a) = %v, %v; AddrList says %v", fam, got, err, w)
 		}
 	}
+}
+
+func manyNetEntries(n int) []entry {
+	out := make([]entry, n)
+	for i := range out {
+		ip := netip.AddrFrom4([4]byte{10, 96, byte(i / 250), byte(i%250 + 1)})
+		out[i] = ipPortEntry(ip, protoTCP, 443).withNet(netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i % 256), 0}), 24))
+	}
+	return out
 }
