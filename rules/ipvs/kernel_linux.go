@@ -117,11 +117,12 @@ const procIPVS = "/proc/net/ip_vs"
 // addresses in hex ("0A60000A:0050", "[fd00:0000:...]:0050") and, per real server, its forwarding
 // method, weight, active and inactive connection counts.
 func (h *kernelIPVS) allReals() (map[vsKey][]kernelReal, error) {
-	b, err := os.ReadFile(procIPVS)
+	f, err := os.Open(procIPVS)
 	if err != nil {
 		return nil, err
 	}
-	return parseProcIPVS(b)
+	defer f.Close()
+	return parseProcIPVS(f)
 }
 
 func (h *kernelIPVS) createReal(k vsKey, r realKey, w uint32) error {

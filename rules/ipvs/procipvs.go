@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"math"
 	"net/netip"
-	"strconv"
-	"strings"
 )
 
 // parseProcIPVS parses the kernel's /proc/net/ip_vs listing into the real servers of each virtual server
@@ -19,21 +19,26 @@ import (
 //	TCP  0A60000A:0050 rr
 //	  -> 0AF40102:1F90      Masq    1      0          0
 //	TCP  [fd00:0096:0000:0000:0000:0000:0000:0010]:0050 rr persistent 10800 FFFFFFFF
-func parseProcIPVS(b []byte) (map[vsKey][]kernelReal, error) {
+//
+// It reads line by line from r and parses fields in place: at 10,000 virtual servers the listing is a few
+// megabytes, read at every full sync, and reading it whole then splitting every line into strings
+// allocated five times that.
+func parseProcIPVS(r io.Reader) (map[vsKey][]kernelReal, error) {
 	out := map[vsKey][]kernelReal{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	var cur *vsKey
+	var buf [8][]byte
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
+		line := sc.Bytes()
 		if n <= 3 {
 			continue // the headers
 		}
-		f := strings.Fields(line)
+		f := fields(line, buf[:0])
 		if len(f) == 0 {
 			continue
 		}
-		if f[0] == "->" {
+		if string(f[0]) == "->" {
 			if cur == nil {
 				continue // a real server of a fwmark service
 			}
@@ -46,17 +51,17 @@ func parseProcIPVS(b []byte) (map[vsKey][]kernelReal, error) {
 			}
 			var nums [3]uint32
 			for i := range nums {
-				v, err := strconv.ParseInt(f[3+i], 10, 64)
-				if err != nil {
-					return nil, fmt.Errorf("line %d: %q: %w", n, line, err)
+				v, ok := parseCount(f[3+i])
+				if !ok {
+					return nil, fmt.Errorf("line %d: %q: %q is not a number", n, line, f[3+i])
 				}
-				nums[i] = uint32(max(v, 0))
+				nums[i] = v
 			}
 			out[*cur] = append(out[*cur], kernelReal{key: newRealKey(addr, port), weight: nums[0], active: nums[1], inactive: nums[2]})
 			continue
 		}
 		var proto protocol
-		switch f[0] {
+		switch string(f[0]) {
 		case "TCP":
 			proto = protoTCP
 		case "UDP":
@@ -81,24 +86,86 @@ func parseProcIPVS(b []byte) (map[vsKey][]kernelReal, error) {
 	return out, sc.Err()
 }
 
+// fields appends to out (up to its capacity) the space-separated fields of line, as slices of it.
+func fields(line []byte, out [][]byte) [][]byte {
+	for len(line) > 0 && len(out) < cap(out) {
+		line = bytes.TrimLeft(line, " \t")
+		if len(line) == 0 {
+			break
+		}
+		end := bytes.IndexAny(line, " \t")
+		if end < 0 {
+			end = len(line)
+		}
+		out = append(out, line[:end])
+		line = line[end:]
+	}
+	return out
+}
+
+// parseCount parses a decimal count; a negative one (never seen) counts as 0, a larger one as the largest.
+func parseCount(b []byte) (uint32, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 { // 19 digits fit in 64 bits
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	switch {
+	case neg:
+		return 0, true
+	case v > math.MaxUint32:
+		return math.MaxUint32, true
+	}
+	return uint32(v), true
+}
+
 // parseHexAddrPort parses "0A60000A:0050" (IPv4 in hex) or "[fd00:...]:0050" (IPv6), ports in hex.
-func parseHexAddrPort(s string) (netip.Addr, uint16, error) {
-	i := strings.LastIndexByte(s, ':')
+func parseHexAddrPort(s []byte) (netip.Addr, uint16, error) {
+	i := bytes.LastIndexByte(s, ':')
 	if i < 0 {
 		return netip.Addr{}, 0, fmt.Errorf("%q: no port", s)
 	}
-	p, err := strconv.ParseUint(s[i+1:], 16, 16)
-	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("%q: port: %w", s, err)
+	ps := s[i+1:]
+	if len(ps) == 0 || len(ps) > 4 {
+		return netip.Addr{}, 0, fmt.Errorf("%q: port %q is not 1-4 hex digits", s, ps)
+	}
+	var p uint16
+	for _, c := range ps {
+		d, ok := hexDigit(c)
+		if !ok {
+			return netip.Addr{}, 0, fmt.Errorf("%q: port %q is not hex", s, ps)
+		}
+		p = p<<4 | uint16(d)
 	}
 	host := s[:i]
-	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		a, err := netip.ParseAddr(host[1 : len(host)-1])
-		return a, uint16(p), err
+	if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		a, err := netip.ParseAddr(string(host[1 : len(host)-1]))
+		return a, p, err
 	}
-	raw, err := hex.DecodeString(host)
-	if err != nil || len(raw) != 4 {
+	var raw [4]byte
+	if n, err := hex.Decode(raw[:], host); err != nil || n != 4 || len(host) != 8 {
 		return netip.Addr{}, 0, fmt.Errorf("%q: not an IPv4 address in hex", s)
 	}
-	return netip.AddrFrom4([4]byte(raw)), uint16(p), nil
+	return netip.AddrFrom4(raw), p, nil
+}
+
+func hexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

@@ -3,6 +3,7 @@ package ipvs
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,7 +26,7 @@ TCP  [fd00:0096:0000:0000:0000:0000:0000:0010]:0050 rr
 `
 
 func TestParseProcIPVS(t *testing.T) {
-	got, err := parseProcIPVS([]byte(procSample))
+	got, err := parseProcIPVS(strings.NewReader(procSample))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +42,21 @@ func TestParseProcIPVS(t *testing.T) {
 	if diff := cmp.Diff(dumpReals(want), dumpReals(got)); diff != "" {
 		t.Errorf("parseProcIPVS (-want +got):\n%s", diff)
 	}
-	if _, err := parseProcIPVS([]byte("h\nh\nh\nTCP  0A60000A\n")); err == nil {
-		t.Error("a line without a port parsed")
+	for _, bad := range []string{
+		"TCP  0A60000A\n",          // no port
+		"TCP  0A60000:0050 rr\n",   // seven hex digits
+		"TCP  0A60000A:0050G rr\n", // not a hex port
+		"TCP  0A60000A:0050 rr\n  -> 0AF40102:1F90 Masq 1 x 0\n", // not a count
+		"TCP  0A60000A:0050 rr\n  -> 0AF40102:1F90 Masq 1\n",     // too few fields
+	} {
+		if _, err := parseProcIPVS(strings.NewReader("h\nh\nh\n" + bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	// Tabs separate fields too; counts beyond 32 bits are the largest.
+	got, err = parseProcIPVS(strings.NewReader("h\nh\nh\nTCP\t0A60000A:0050\trr\n\t->\t0AF40102:1F90\tMasq\t1\t99999999999\t0\n"))
+	if r := got[key(protoTCP, "10.96.0.10:80")]; err != nil || len(r) != 1 || r[0].active != 1<<32-1 || r[0].key != rkey("10.244.1.2:8080") {
+		t.Errorf("tab-separated listing: %v, %v", r, err)
 	}
 }
 
