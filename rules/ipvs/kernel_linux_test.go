@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -164,4 +165,51 @@ func manyNetEntries(n int) []entry {
 		out[i] = ipPortEntry(ip, protoTCP, 443).withNet(netip.PrefixFrom(netip.AddrFrom4([4]byte{192, 168, byte(i % 256), 0}), 24))
 	}
 	return out
+}
+
+// TestParseIPVSService reads virtual servers from attributes laid out as the kernel sends them.
+func TestParseIPVSService(t *testing.T) {
+	svc := func(af uint16, addr []byte, proto uint16, port uint16, sched string, flags, timeout, fwmark uint32) []byte {
+		a := nl.NewRtAttr(ipvsCmdAttrService|unix.NLA_F_NESTED, nil)
+		a.AddRtAttr(ipvsSvcAttrAf, nl.Uint16Attr(af))
+		a.AddRtAttr(ipvsSvcAttrProto, nl.Uint16Attr(proto))
+		a.AddRtAttr(ipvsSvcAttrAddr, addr)
+		a.AddRtAttr(ipvsSvcAttrPort, []byte{byte(port >> 8), byte(port)})
+		if fwmark != 0 {
+			a.AddRtAttr(ipvsSvcAttrFwmark, nl.Uint32Attr(fwmark))
+		}
+		a.AddRtAttr(ipvsSvcAttrSched, nl.ZeroTerminated(sched))
+		a.AddRtAttr(ipvsSvcAttrFlags, append(nl.Uint32Attr(flags), 0xff, 0xff, 0xff, 0xff))
+		a.AddRtAttr(ipvsSvcAttrTimeout, nl.Uint32Attr(timeout))
+		a.AddRtAttr(10, make([]byte, 40)) // stats, ignored
+		return a.Serialize()
+	}
+	v4 := netip.MustParseAddr("10.96.0.10").AsSlice()
+	v4 = append(v4, make([]byte, 12)...) // the kernel sends 16 bytes for both families
+	v6 := netip.MustParseAddr("fd00:96::10").AsSlice()
+	var got []kernelVS
+	for _, msg := range [][]byte{
+		svc(unix.AF_INET, v4, unix.IPPROTO_TCP, 80, "rr", 0, 0, 0),
+		svc(unix.AF_INET6, v6, unix.IPPROTO_UDP, 53, "sh", 0x8|flagHashed, 10800, 0),
+		svc(unix.AF_INET, v4, 0, 0, "rr", 0, 0, 7), // fwmark: skipped
+	} {
+		eachAttr(msg, func(typ uint16, v []byte) {
+			if typ != ipvsCmdAttrService {
+				t.Fatalf("outer attribute %d", typ)
+			}
+			if vs, ok := parseIPVSService(v); ok {
+				got = append(got, vs)
+			}
+		})
+	}
+	want := []kernelVS{
+		{key: newVSKey(netip.MustParseAddr("10.96.0.10"), 80, protoTCP), scheduler: "rr"},
+		{key: newVSKey(netip.MustParseAddr("fd00:96::10"), 53, protoUDP), scheduler: "sh", flags: 0x8, timeout: 10800},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("parsed %+v, want %+v", got, want)
+	}
+	if _, ok := parseIPVSService(svc(unix.AF_INET, v4[:2], unix.IPPROTO_TCP, 80, "rr", 0, 0, 0)[unix.SizeofRtAttr:]); ok {
+		t.Error("a short address parsed")
+	}
 }
