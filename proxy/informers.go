@@ -83,7 +83,7 @@ func trimMeta(m metav1.ObjectMeta, keepAnnotation string) metav1.ObjectMeta {
 //
 // Services and EndpointSlices go through bare reflectors whose store is the Tracker itself (a feed): no
 // informer cache keeps a second copy of every object, which at 10,000 Services was half the daemon's heap.
-// The Tracker keeps the trimmed Services and only what it parsed from the slices. Nothing here needs the
+// The Tracker keeps only what it reads of the Services and what it parsed from the slices. Nothing here needs the
 // informers' periodic resync: the Tracker ignores objects that did not change.
 func (p *Proxy) WatchAPI(ctx context.Context, client API, resync time.Duration) error {
 	t := p.tracker
@@ -221,7 +221,7 @@ func newInformer(client API, obj runtime.Object, resync time.Duration, lw *cache
 	inf := cache.NewSharedIndexInformerWithOptions(cache.ToListWatcherWithWatchListSemantics(lw, client), obj,
 		cache.SharedIndexInformerOptions{ResyncPeriod: resync})
 	if err := inf.SetTransform(trim); err != nil {
-		panic(err) // only fails once the informer runs
+		panic(err) // fails only once an informer has started, and this one has not
 	}
 	return inf
 }

@@ -40,7 +40,8 @@ import (
 //     and the largest of the run, which include the console round trip to the host, the same for all;
 //   - cpu-per-change: the process's CPU time over the changes, divided by their number;
 //   - idle-cpu: the process's CPU time over p.Idle with nothing changing (one periodic full resync when
-//     p.Idle is longer than ipvs.syncPeriod).
+//     p.Idle is longer than ipvs.syncPeriod);
+//   - rss-mib-idle: the median of the process's VmRSS read every second over p.Idle (the steady state).
 func sideBySide(p *ipvsvm.SideBySideParams) error {
 	if err := hostNetwork(); err != nil {
 		return err
@@ -230,15 +231,31 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	if err != nil {
 		return err
 	}
-	slices.Sort(lat)
-	report("BENCH", impl.Name+"/change", secs(lat[len(lat)/2]), fmt.Sprintf("%s median of %d, min %s max %s", tag, len(lat),
-		secs(lat[0]), secs(lat[len(lat)-1])))
-	report("BENCH", impl.Name+"/cpu-per-change", secs((cpu1-cpu0)/time.Duration(len(lat))), tag)
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		report("BENCH", impl.Name+"/change", secs(lat[len(lat)/2]), fmt.Sprintf("%s median of %d, min %s max %s", tag, len(lat),
+			secs(lat[0]), secs(lat[len(lat)-1])))
+		report("BENCH", impl.Name+"/cpu-per-change", secs((cpu1-cpu0)/time.Duration(len(lat))), tag)
+	}
 
-	// Nothing changes for idle.
+	// Nothing changes for idle; the RSS is read every second meanwhile. A Go process's RSS moves with its
+	// collections and with what the periodic resync allocates, so one reading at an arbitrary moment says
+	// little: the median of these is the steady state.
 	waitIdleProfile := profile("idle", idle-time.Second)
-	time.Sleep(idle)
+	var samples []float64
+	for end := time.Now().Add(idle); time.Now().Before(end); {
+		time.Sleep(min(time.Second, time.Until(end)))
+		if rss, err := vmRSS(pid); err == nil {
+			samples = append(samples, rss)
+		}
+	}
 	waitIdleProfile()
+	if len(samples) > 0 {
+		slices.Sort(samples)
+		report("BENCH", impl.Name+"/rss-mib-idle", fmt.Sprintf("%.1f", samples[len(samples)/2]),
+			fmt.Sprintf("%s median of %d readings, one a second over the idle period, min %.1f max %.1f", tag, len(samples),
+				samples[0], samples[len(samples)-1]))
+	}
 	cpu2, err := cpuTime(pid)
 	if err != nil {
 		return err
