@@ -100,7 +100,13 @@ func TestTopologyRoutingWithoutRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := harness.CountHits(res); got[c.want] != 2 {
+		got := harness.CountHits(res)
+		if c.network == "udp" && c.want == "ERR:refused" && got["ERR:refused"] >= 1 && got["ERR:refused"]+got["ERR:timeout"] == 2 {
+			// A closed UDP port answers with an ICMP error, which the kernel rate-limits (icmp_ratelimit):
+			// the second may not be sent, and that datagram times out instead. Nothing may answer.
+			continue
+		}
+		if got[c.want] != 2 {
 			t.Errorf("%s %s from %s: got %s, want %s=2", c.network, c.addr, c.from.Name, harness.FormatHits(got), c.want)
 		}
 	}
