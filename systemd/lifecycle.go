@@ -25,8 +25,8 @@ type Hooks struct {
 	Done <-chan error
 }
 
-// statusEvery is how often the STATUS line is refreshed.
-const statusEvery = 5 * time.Second
+// statusEvery is how often the STATUS line is refreshed (a variable for tests).
+var statusEvery = 5 * time.Second
 
 // Run drives the daemon's life under systemd (or without it: every notification is then a no-op): READY=1
 // once Hooks.Ready closes; on SIGHUP, RELOADING=1, the reload, its recorded outcome, READY=1; watchdog
@@ -43,6 +43,15 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 
 	ready := h.Ready
 	pendingHUP := false
+	// The outcome of the last reload that was not applied, kept in the STATUS line (every refresh) until a
+	// reload is applied: `systemctl status` must go on saying that the running configuration is not the file's.
+	reloadNote := ""
+	status := func() string {
+		if reloadNote == "" {
+			return h.Status()
+		}
+		return h.Status() + " (" + reloadNote + ")"
+	}
 	watchdogCtx, stopWatchdog := context.WithCancel(ctx)
 	defer stopWatchdog()
 	tick := time.NewTicker(statusEvery)
@@ -58,16 +67,16 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 			return err
 		case <-ready:
 			ready = nil
-			n.Ready(h.Status())
+			n.Ready(status())
 			klog.InfoS("Ready: reported READY=1 to the service manager")
 			go n.Watchdog(watchdogCtx, h.Alive)
 			if pendingHUP {
 				pendingHUP = false
-				reload(ctx, n, h, dir)
+				reload(ctx, n, h, dir, &reloadNote, status)
 			}
 		case <-tick.C:
 			if ready == nil {
-				n.Status(h.Status())
+				n.Status(status())
 			}
 		case s := <-sigs:
 			switch s {
@@ -77,7 +86,7 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 					pendingHUP = true
 					continue
 				}
-				reload(ctx, n, h, dir)
+				reload(ctx, n, h, dir, &reloadNote, status)
 			default:
 				klog.InfoS("Stopping; the rules stay in place", "signal", s.String())
 				n.Stopping()
@@ -87,15 +96,17 @@ func Run(ctx context.Context, n *Notifier, h Hooks) error {
 	}
 }
 
-func reload(ctx context.Context, n *Notifier, h Hooks, dir string) {
+// reload sends RELOADING=1, reloads, sets *note to the outcome when the reload was not applied (to "" when
+// it was), sends READY=1 with the STATUS line, records the outcome and answers the waiting helpers.
+func reload(ctx context.Context, n *Notifier, h Hooks, dir string, note *string, status func() string) {
 	n.Reloading()
 	waiting := TakeReloadRequests(dir)
 	st := h.Reload(ctx)
-	status := h.Status()
+	*note = ""
 	if st.Result != ReloadApplied {
-		status = fmt.Sprintf("%s (last reload %s: %s)", status, st.Result, st.Message)
+		*note = fmt.Sprintf("last reload %s: %s", st.Result, st.Message)
 	}
-	n.Ready(status)
+	n.Ready(status())
 	if err := WriteReloadStatus(dir, st); err != nil {
 		klog.ErrorS(err, "Recording the reload outcome")
 	}
