@@ -47,8 +47,9 @@ type Dataplane struct {
 	// draining holds the TCP real servers removed from the plan that still had connections: weight 0 until
 	// they have none or their deadline passes.
 	draining map[vsKey]map[realKey]time.Time
-	// phases times the steps of the current sync, for the log.
+	// phases times the steps of the current sync, for the log; writes counts the objects written.
 	phases phaseTimer
+	writes writes
 }
 
 // phaseTimer records how long the steps of a sync take.
@@ -179,6 +180,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	defer d.mu.Unlock()
 	start := time.Now()
 	d.phases.start()
+	before := d.writes.read()
 	full = full || d.needFull || d.last == nil || !d.last.Node.Equal(&snap.Node)
 	d.needFull = true
 	var changed []proxy.ServicePortName
@@ -190,6 +192,8 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		err = d.syncPartial(ctx, snap)
 	}
 	if err != nil {
+		klog.V(2).InfoS("Syncing IPVS failed", "ipFamily", d.family, "full", full, "writes", d.writes.read().sub(before).String(),
+			"elapsed", time.Since(start), "err", err)
 		return err
 	}
 	d.needFull = false
@@ -200,6 +204,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 	}
 	klog.V(2).InfoS("Synced IPVS", "ipFamily", d.family, "full", full, "changed", len(changed),
+		"writes", d.writes.read().sub(before).String(),
 		"virtualServers", len(d.have.vs), "draining", len(d.draining), "elapsed", time.Since(start),
 		"steps", strings.Join(d.phases.steps, " "))
 	return nil

@@ -89,6 +89,42 @@ func TestApplyConverges(t *testing.T) {
 	}
 }
 
+// TestResyncWritesNothing: a full sync of a kernel that already matches the plan writes no virtual or
+// real server, set member or address, after full and after partial syncs; a repair counts its writes.
+func TestResyncWritesNothing(t *testing.T) {
+	s1 := snapshot(v4, nodeV4,
+		webSvc("10.244.1.5:8080,local", "10.244.2.6:8080"),
+		dnsSvc("10.244.2.7:53", "10.244.3.8:53"),
+		svc("default/lb", "", v1.ProtocolTCP, "10.96.0.30", 443, nodePort(30443), lbIPs("198.51.100.20"),
+			sourceRanges("203.0.113.0/24"), etpLocal(32000), affinity(600), eps("10.244.1.5:8443,local", "10.244.2.6:8443")))
+	s2 := derive(s1, nil, webSvc("10.244.2.6:8080", "10.244.2.9:8080"))
+	k := newFakeKernel(t, "192.168.0.10")
+	d := newTestDataplane(t, k, testConfig(v4), nil)
+	resync := func(step string, snap *proxy.Snapshot) {
+		t.Helper()
+		before := d.writes.read()
+		apply(t, d, snap, true)
+		if w := d.writes.read().sub(before); w.total() != 0 {
+			t.Errorf("%s: a resync of an unchanged kernel wrote %s", step, w)
+		}
+	}
+	apply(t, d, s1, true)
+	if w := d.writes.read(); w.vs == 0 || w.reals == 0 || w.members == 0 || w.addrs == 0 {
+		t.Fatalf("the first sync wrote %s, want every kind", w)
+	}
+	resync("after a full sync", s1)
+	apply(t, d, s2, false)
+	resync("after a partial sync", s2)
+
+	k.ipvs.removeService(key(protoTCP, "10.96.0.10:80"))
+	before := d.writes.read()
+	apply(t, d, s2, true)
+	if w := d.writes.read().sub(before); w.vs != 1 || w.reals != 2 {
+		t.Errorf("repairing a removed virtual server wrote %s, want virtualServers=1 realServers=2", w)
+	}
+	resync("after the repair", s2)
+}
+
 // rulesDump is what the fake iptables should hold after restoring d's rules for snap onto empty tables
 // and ensuring the jumps.
 func rulesDump(t *testing.T, d *Dataplane, k *fakeKernel, snap *proxy.Snapshot) string {
