@@ -7,8 +7,8 @@
 // One boot runs every case: the agent makes pod and client network namespaces inside the VM, drives
 // rules/ipvs through the scenarios with real TCP and UDP traffic (cluster IP and node port reachability,
 // rr, sh, dh, lc, sed, nq, mh and the kernel's other schedulers, session affinity, graceful termination,
-// external IPs, source ranges, Local traffic policies, repair of changes made behind its back, IPv6,
-// sysctls and timeouts, cleanup), then runs the daemon in IPVS mode against the apiserver the test started
+// external IPs, source ranges, Local traffic policies, repair of changes made behind its back, one client
+// port to two virtual servers of one pod, IPv6, sysctls and timeouts, cleanup), then runs the daemon in IPVS mode against the apiserver the test started
 // on the host (qemu's user networking makes the host's loopback 10.0.2.2), and reports on the serial
 // console (see Prefix). TestIPVSInVM turns each reported case into a subtest; the console log of every run
 // is kept under CacheDir()/run.

@@ -149,7 +149,7 @@ const Prefix = "KPVM "
 var CaseNames = []string{
 	"clusterip-rr", "nodeport", "nodeport-new-address", "udp", "sh", "dh", "lc", "sed", "nq", "mh", "schedulers", "affinity",
 	"graceful", "externalip", "source-ranges", "etp-local-no-local", "itp-local-no-local", "repair", "ipv6",
-	"sysctls", "cleanup",
+	"vip-port-reuse", "sysctls", "cleanup",
 }
 
 // The guest's addresses. Pod i (1-based) is 10.244.i.2 behind 10.244.i.1 on the VM ("node"); the clients
