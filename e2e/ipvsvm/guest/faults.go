@@ -14,12 +14,15 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"kube-proxy/e2e/faults"
 	"kube-proxy/e2e/ipvsvm"
@@ -150,18 +153,52 @@ func (b *fb) ensureDaemon() error {
 }
 
 // baseline sends the rows' traffic with nothing broken: the floor of the other rows' failed connections.
+// It also checks that the periodic full syncs meanwhile, with nothing changed, read the kernel as the
+// daemon wrote it: they write nothing.
 func (b *fb) baseline() error {
 	d := mustDuration(b.p.Baseline)
+	offset := b.d.logSize()
 	tr := startTraffic(b.targets)
 	time.Sleep(d)
 	res := tr.stop()
+	// At least one periodic full sync: one may not have fallen within a short baseline.
+	_ = waitFor(3*b.sync+30*time.Second, func() error {
+		if n, _ := b.d.fullSyncWrites(offset); n == 0 {
+			return errors.New("no full sync yet")
+		}
+		return nil
+	})
+	resyncs, wrote := b.d.fullSyncWrites(offset)
 	b.row(faults.Row{Order: 5, Fault: fmt.Sprintf("none: the baseline, %v", d),
-		Action: "the same traffic as the other rows (4 connections at a time to a cluster IP and a NodePort, 2 s each) and nothing else",
+		Action: "the same traffic as the other rows (4 connections at a time, 2 s each, to a cluster IP and a NodePort, each from its own client address) and nothing else",
 		Sent:   len(res), Failed: failures(res), Sees: "the floor for the other rows' failed connections: " + orNone(describe(res))})
 	if len(res) == 0 {
 		return errors.New("no connection was made")
 	}
+	logf("baseline: %d periodic full syncs", resyncs)
+	if resyncs == 0 {
+		return errors.New("no periodic full sync to check")
+	}
+	if len(wrote) > 0 {
+		return fmt.Errorf("full syncs of an unchanged kernel wrote to it: %s", strings.Join(wrote, "; "))
+	}
 	return nil
+}
+
+// fullSyncWrites reads the daemon's full syncs since offset: how many there were, and the log lines of
+// those that wrote something to the kernel.
+func (d *kp) fullSyncWrites(offset int) (n int, wrote []string) {
+	log := d.log()
+	if offset > len(log) {
+		offset = 0
+	}
+	for _, l := range regexp.MustCompile(`(?m)^.*"Synced IPVS" .*full=true .*$`).FindAllString(log[offset:], -1) {
+		n++
+		if !strings.Contains(l, ` writes="0" `) {
+			wrote = append(wrote, l)
+		}
+	}
+	return n, wrote
 }
 
 // apiserverDown has the host stop its apiserver with traffic flowing, start it again, then create a
@@ -444,25 +481,31 @@ func (b *fb) applyFailing() error {
 	if _, err := d.waitReady(3 * time.Minute); err != nil {
 		return err
 	}
+	offset := d.logSize()
 	o := observe(b.targets)
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		o.end()
 		return err
 	}
 	defer os.Remove(flag)
+	clock := func() string { return time.Now().Format("15:04:05.000") }
+	logf("apply-failing: applies failing from %s", clock())
 	time.Sleep(failFor / 2)
 	ip, err := b.control(ipvsvm.ActionCreate, url.Values{"name": {"late"}, "pod": {"3"}})
 	if err != nil {
 		o.end()
 		return err
 	}
+	logf("apply-failing: Service late created at %s", clock())
 	time.Sleep(failFor / 2)
 	status := d.status()
 	if err := os.Remove(flag); err != nil {
 		o.end()
 		return err
 	}
+	logf("apply-failing: applies succeeding from %s", clock())
 	converge, rerr := reachable(addr(ip, 80), time.Minute)
+	logf("apply-failing: Service late answered at %s", clock())
 	res, seen := o.end()
 	b.row(faults.Row{Order: 50, Fault: fmt.Sprintf("every write of the rules failing for %v", failFor),
 		Action: "the faults build's KP_FAULT_FAIL_APPLY fails every apply, with traffic flowing; a Service created halfway; then the failures stop",
@@ -470,6 +513,9 @@ func (b *fb) applyFailing() error {
 		Sees: fmt.Sprintf("no restart; /healthz %s (503 only once the change had waited 2 × syncPeriod); kubeproxy_sync_proxy_rules_failures_total %v; STATUS %q",
 			formatCodes(seen), metric("kubeproxy_sync_proxy_rules_failures_total", ""), status)})
 	errs := []error{rerr, d.alive("after the failures"), noFailures("while applies failed", res)}
+	if failures(res) > 0 {
+		d.notes("the daemon's log while applies failed and after", offset, `Synced|^[EW]`)
+	}
 	if !strings.Contains(status, "sync failing") {
 		errs = append(errs, fmt.Errorf("STATUS while applies failed: %q, want it to say so", status))
 	}
@@ -743,34 +789,49 @@ func (d *kp) dump() {
 // result is one connection of the rows' traffic: "" or the error's class, with its text.
 type result struct {
 	err, detail string
-	at          time.Time // when it ended
+	start, at   time.Time     // when it started and ended
+	stalled     time.Duration // for a failed one, the longest stall of the guest while it lasted
 }
 
-// traffic makes new connections from the client namespace to the targets until stopped: 4 workers, each
-// going round the targets, each connection given 2 s (e2e/harness' StartTraffic, in the guest).
+// traffic makes new connections to the targets until stopped: 4 workers, each connection given 2 s
+// (e2e/harness' StartTraffic, in the guest). Worker w connects to target w mod len(targets), from client
+// namespace clientNS[w mod len(targets)]: each target from its own client address. From one address, the
+// workers' concurrent connections to a cluster IP and a NodePort of the same pods now and then start at
+// the same instant from the same port (a client picks its ports per destination), and the kernel's IPVS
+// does not keep two such connections apart when they reach the same pod: one of them times out (the
+// vip-port-reuse case; README.md). The rows measure the daemon, not that.
 type traffic struct {
 	mu       sync.Mutex
 	res      []result
 	stopping chan struct{}
 	wg       sync.WaitGroup
 	once     sync.Once
+	stalls   *stallWatch
 }
 
+// clientNS are the client namespaces the targets are reached from, by target index (see traffic).
+var clientNS = []string{"client", "client2"}
+
 func startTraffic(targets []string) *traffic {
-	tr := &traffic{stopping: make(chan struct{})}
+	if len(targets) > len(clientNS) {
+		panic("more targets than client namespaces")
+	}
+	tr := &traffic{stopping: make(chan struct{}), stalls: watchStalls()}
 	for w := 0; w < 4; w++ {
 		tr.wg.Add(1)
 		go func() {
 			defer tr.wg.Done()
-			_ = inNS("client", func() error {
-				for i := w; ; i++ {
+			target := targets[w%len(targets)]
+			_ = inNS(clientNS[w%len(targets)], func() error {
+				for {
 					select {
 					case <-tr.stopping:
 						return nil
 					default:
 					}
-					_, _, err := once("tcp", targets[i%len(targets)], 2*time.Second)
-					r := result{at: time.Now()}
+					start := time.Now()
+					err := tracedOnce(target, 2*time.Second)
+					r := result{start: start, at: time.Now()}
 					if err != nil {
 						r.err, r.detail = errClass(err), err.Error()
 					}
@@ -802,11 +863,159 @@ func (tr *traffic) waitFor(n int) {
 
 // stop ends the traffic once the connections under way are done and returns every result; idempotent.
 func (tr *traffic) stop() []result {
-	tr.once.Do(func() { close(tr.stopping) })
-	tr.wg.Wait()
+	tr.once.Do(func() {
+		close(tr.stopping)
+		tr.wg.Wait()
+		gaps := tr.stalls.stop()
+		var longest stall
+		for _, g := range gaps {
+			if g.d > longest.d {
+				longest = g
+			}
+		}
+		logf("traffic: %d connections, %d failed; the guest's CPUs stalled ≥ %v %d times, longest %v (CPU %d, ended %s)",
+			len(tr.res), failures(tr.res), stallMin, len(gaps), longest.d.Round(time.Millisecond), longest.cpu, longest.end.Format("15:04:05.000"))
+		listed := 0
+		for i, r := range tr.res {
+			if r.err != "" {
+				tr.res[i].stalled = longestStall(gaps, r.start, r.at)
+				if listed++; listed <= 20 {
+					logf("traffic: failed %s–%s (guest stalled %v meanwhile): %s", r.start.Format("15:04:05.000"),
+						r.at.Format("15:04:05.000"), tr.res[i].stalled.Round(time.Millisecond), r.detail)
+				}
+			}
+		}
+	})
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.res
+}
+
+// tracedOnce is once over TCP; when the answer does not come, its error names the IPVS connection entries
+// of the connection (what the kernel had made of it, read before it is closed).
+func tracedOnce(target string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", target, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("%w (IPVS connection entries: %s)", err, ipvsConns(c.LocalAddr()))
+	}
+	if len(strings.Fields(line)) != 2 {
+		return fmt.Errorf("bad answer %q", line)
+	}
+	return nil
+}
+
+// ipvsConns returns the lines of the node's IPVS connection table (of PID 1's network namespace, the
+// node's, whatever the caller's) whose client is local.
+func ipvsConns(local net.Addr) string {
+	a, ok := local.(*net.TCPAddr)
+	if !ok || a.IP.To4() == nil {
+		return "not an IPv4 TCP address"
+	}
+	ip := a.IP.To4()
+	want := fmt.Sprintf("%02X%02X%02X%02X %04X ", ip[0], ip[1], ip[2], ip[3], a.Port)
+	b, err := os.ReadFile("/proc/1/net/ip_vs_conn")
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, want) {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	if len(out) == 0 {
+		return "none for " + local.String()
+	}
+	return strings.Join(out, " / ")
+}
+
+// stallWatch tells when the guest's CPUs did not run: a goroutine per CPU, its thread pinned there, sleeps
+// stallTick at a time and records each wake-up later than stallMin. Under emulation each virtual CPU is a
+// host thread, and when the host's own cores are busy it may not run for a while: a connection that lasted
+// through such a stall lost that much of its time, whatever the dataplane did.
+type stallWatch struct {
+	mu   sync.Mutex
+	gaps []stall
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// stall is a period in which a CPU's watching goroutine did not run, beyond its tick.
+type stall struct {
+	cpu int
+	end time.Time
+	d   time.Duration
+}
+
+const (
+	stallTick = 10 * time.Millisecond
+	stallMin  = 100 * time.Millisecond
+)
+
+func watchStalls() *stallWatch {
+	w := &stallWatch{done: make(chan struct{})}
+	for cpu := 0; cpu < runtime.NumCPU(); cpu++ {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			runtime.LockOSThread() // the thread ends with the goroutine, its affinity with it
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				logf("stall watch: pinning to CPU %d: %v", cpu, err)
+				return
+			}
+			last := time.Now()
+			for {
+				select {
+				case <-w.done:
+					return
+				case <-time.After(stallTick):
+				}
+				now := time.Now()
+				if late := now.Sub(last) - stallTick; late >= stallMin {
+					w.mu.Lock()
+					w.gaps = append(w.gaps, stall{cpu: cpu, end: now, d: late})
+					w.mu.Unlock()
+				}
+				last = now
+			}
+		}()
+	}
+	return w
+}
+
+// stop ends the watch and returns the stalls seen.
+func (w *stallWatch) stop() []stall {
+	close(w.done)
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gaps
+}
+
+// longestStall returns the longest part of a stall that lay within [from, to].
+func longestStall(gaps []stall, from, to time.Time) time.Duration {
+	var longest time.Duration
+	for _, g := range gaps {
+		start, end := g.end.Add(-g.d), g.end
+		if start.Before(from) {
+			start = from
+		}
+		if end.After(to) {
+			end = to
+		}
+		if d := end.Sub(start); d > longest {
+			longest = d
+		}
+	}
+	return longest
 }
 
 func failures(res []result) int {
@@ -819,12 +1028,14 @@ func failures(res []result) int {
 	return n
 }
 
-// describe names the first five failed connections.
+// describe names the first five failed connections: when each ended, its error and how long the guest
+// stalled while it lasted.
 func describe(res []result) string {
 	var out []string
 	for _, r := range res {
 		if r.err != "" && len(out) < 5 {
-			out = append(out, r.err+": "+r.detail)
+			out = append(out, fmt.Sprintf("at %s (guest stalled %v meanwhile) %s: %s", r.at.Format("15:04:05.000"),
+				r.stalled.Round(time.Millisecond), r.err, r.detail))
 		}
 	}
 	return strings.Join(out, "; ")
@@ -838,24 +1049,35 @@ func orNone(s string) string {
 }
 
 // noFailures is e2e/faults' expectNoFailures: timeouts up to one in ten thousand connections are the
-// baseline's floor; any refusal or reset, or more timeouts, is an error.
+// baseline's floor; so are timeouts of connections during which a CPU of the guest stalled for half their
+// time or more (the host did not run the VM: see stallWatch). Any refusal or reset, or more timeouts, is
+// an error.
 func noFailures(what string, res []result) error {
 	n := failures(res)
 	if n == 0 {
 		return nil
 	}
-	timeouts := 0
+	timeouts, stalled := 0, 0
 	for _, r := range res {
-		if r.err == "timeout" {
+		switch {
+		case r.err == "timeout" && r.stalled >= stallExcuses:
+			stalled++
+		case r.err == "timeout":
 			timeouts++
 		}
 	}
-	if timeouts == n && n*10000 <= len(res) {
+	if stalled > 0 {
+		logf("%s: %d of %d connections timed out while a CPU of the guest stalled ≥ %v (the host did not run it)", what, stalled, len(res), stallExcuses)
+	}
+	if timeouts+stalled == n && timeouts*10000 <= len(res) {
 		logf("%s: %d of %d connections timed out (within the baseline's floor): %s", what, n, len(res), describe(res))
 		return nil
 	}
 	return fmt.Errorf("%s: %d of %d connections failed: %s", what, n, len(res), describe(res))
 }
+
+// stallExcuses is the stall of the guest that excuses a timeout: half a connection's time.
+const stallExcuses = time.Second
 
 func within(what string, d, limit time.Duration) error {
 	if d > limit {
