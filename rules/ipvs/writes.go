@@ -9,7 +9,8 @@ import (
 // writes counts the kernel objects a dataplane wrote (created, changed or removed), by kind. A full sync
 // of a kernel that already matches the plan writes none: each sync's log line says how many it wrote,
 // which tells a resync that repaired something from one that only read. (The iptables rules are restored
-// by every full sync and are not counted.) The drain goroutine writes too, hence the atomics.
+// by every full sync and are not counted.) Reconfigure's scheduler probe writes outside d.mu, hence the
+// atomics; its virtual server may then count in a sync's writes.
 type writes struct {
 	vs, reals, members, addrs atomic.Int64
 }
@@ -27,7 +28,7 @@ func (c writeCounts) sub(o writeCounts) writeCounts {
 
 func (c writeCounts) total() int64 { return c.vs + c.reals + c.members + c.addrs }
 
-// String is "0" or the non-zero kinds, such as "reals=3 members=1".
+// String is "0" or the non-zero kinds, such as "realServers=3 setMembers=1".
 func (c writeCounts) String() string {
 	if c.total() == 0 {
 		return "0"
