@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -728,8 +727,7 @@ func vipPortReuseCase(e *env) error {
 		return c, errors.Join(nerr, err)
 	}
 	greeting := func(c net.Conn) error {
-		_ = c.SetDeadline(time.Now().Add(dialTimeout))
-		_, err := bufio.NewReader(c).ReadString('\n')
+		_, _, err := greet(c, "tcp", dialTimeout)
 		return err
 	}
 	var out, bad []string

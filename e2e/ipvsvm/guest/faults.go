@@ -899,13 +899,12 @@ func tracedOnce(target string, timeout time.Duration) error {
 		return err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("%w (IPVS connection entries: %s)", err, ipvsConns(c.LocalAddr()))
-	}
-	if len(strings.Fields(line)) != 2 {
-		return fmt.Errorf("bad answer %q", line)
+	if _, _, err := greet(c, "tcp", timeout); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("%w (IPVS connection entries: %s)", err, ipvsConns(c.LocalAddr()))
+		}
+		return err
 	}
 	return nil
 }

@@ -227,6 +227,12 @@ func once(network, addr string, timeout time.Duration) (name, src string, err er
 		return "", "", err
 	}
 	defer c.Close()
+	return greet(c, network, timeout)
+}
+
+// greet reads a pod's greeting on c (sending a datagram first over UDP), within timeout: the pod's name
+// and the client address it saw.
+func greet(c net.Conn, network string, timeout time.Duration) (name, src string, err error) {
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	if strings.HasPrefix(network, "udp") {
 		if _, err := c.Write([]byte("hi\n")); err != nil {
