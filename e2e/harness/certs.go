@@ -53,81 +53,121 @@ func (p pkiFiles) serviceAccountPub() string { return p.path("sa.pub") }
 // Keys are ECDSA P-256 (fast to make, accepted by every component); certificates are valid for a week.
 func writePKI(dir string) (pkiFiles, error) {
 	p := pkiFiles{dir: dir}
-	now := time.Now()
-	caKey, err := newKey()
+	ca, err := NewCA(dir, "kp-e2e-ca")
 	if err != nil {
 		return p, err
 	}
-	caTmpl := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "kp-e2e-ca"},
+	if _, _, err := ca.Issue("apiserver", ServingTemplate("kube-apiserver", servingIPs, servingNames)); err != nil {
+		return p, err
+	}
+	for user, subject := range clientSubjects {
+		if _, _, err := ca.Issue(user, ClientTemplate(subject)); err != nil {
+			return p, err
+		}
+	}
+	return p, WriteServiceAccountKeys(p.serviceAccountKey(), p.serviceAccountPub())
+}
+
+// CA is a certificate authority for a test cluster: its certificate is Dir/ca.crt, its key Dir/ca.key,
+// and the certificates it issues go beside them. Everything is made with crypto/x509 (no openssl);
+// keys are ECDSA P-256 (fast to make, accepted by every component); certificates are valid for a week.
+type CA struct {
+	// Dir holds the CA's files and those of the certificates it issues.
+	Dir string
+
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// NewCA creates a self-signed CA named commonName in dir (which must exist).
+func NewCA(dir, commonName string) (*CA, error) {
+	key, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(7 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := sign(caTmpl, caTmpl, caKey, caKey)
+	der, err := sign(tmpl, tmpl, key, key)
 	if err != nil {
-		return p, fmt.Errorf("signing CA certificate: %w", err)
+		return nil, fmt.Errorf("signing CA certificate: %w", err)
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return p, fmt.Errorf("parsing CA certificate: %w", err)
+		return nil, fmt.Errorf("parsing CA certificate: %w", err)
 	}
-	if err := writePEM(p.caCert(), "CERTIFICATE", caDER, 0o644); err != nil {
-		return p, err
+	ca := &CA{Dir: dir, cert: cert, key: key}
+	if err := writePEM(ca.CertFile(), "CERTIFICATE", der, 0o644); err != nil {
+		return nil, err
 	}
-	if err := writeKey(p.key("ca"), caKey); err != nil {
-		return p, err
+	if err := writeKey(filepath.Join(dir, "ca.key"), key); err != nil {
+		return nil, err
 	}
+	return ca, nil
+}
 
-	issue := func(name string, tmpl *x509.Certificate) error {
-		key, err := newKey()
-		if err != nil {
-			return err
-		}
-		tmpl.NotBefore, tmpl.NotAfter = caTmpl.NotBefore, caTmpl.NotAfter
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := sign(tmpl, caCert, key, caKey)
-		if err != nil {
-			return fmt.Errorf("signing %s certificate: %w", name, err)
-		}
-		if err := writePEM(p.cert(name), "CERTIFICATE", der, 0o644); err != nil {
-			return err
-		}
-		return writeKey(p.key(name), key)
-	}
+// CertFile is the CA certificate's path.
+func (ca *CA) CertFile() string { return filepath.Join(ca.Dir, "ca.crt") }
 
-	serving := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+// Issue signs tmpl (from ClientTemplate or ServingTemplate) with a new key, valid as long as the CA,
+// and writes Dir/<name>.crt and Dir/<name>.key, whose paths it returns.
+func (ca *CA) Issue(name string, tmpl *x509.Certificate) (certFile, keyFile string, err error) {
+	key, err := newKey()
+	if err != nil {
+		return "", "", err
+	}
+	tmpl.NotBefore, tmpl.NotAfter = ca.cert.NotBefore, ca.cert.NotAfter
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := sign(tmpl, ca.cert, key, ca.key)
+	if err != nil {
+		return "", "", fmt.Errorf("signing %s certificate: %w", name, err)
+	}
+	certFile, keyFile = filepath.Join(ca.Dir, name+".crt"), filepath.Join(ca.Dir, name+".key")
+	if err := writePEM(certFile, "CERTIFICATE", der, 0o644); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, writeKey(keyFile, key)
+}
+
+// ClientTemplate is a client certificate for subject (CommonName is the user, Organization its groups).
+func ClientTemplate(subject pkix.Name) *x509.Certificate {
+	return &x509.Certificate{Subject: subject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+}
+
+// ServingTemplate is a serving certificate named commonName, valid for the addresses ips and the
+// names dnsNames.
+func ServingTemplate(commonName string, ips, dnsNames []string) *x509.Certificate {
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    servingNames,
+		DNSNames:    dnsNames,
 	}
-	for _, s := range servingIPs {
-		serving.IPAddresses = append(serving.IPAddresses, net.ParseIP(s))
+	for _, s := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(s))
 	}
-	if err := issue("apiserver", serving); err != nil {
-		return p, err
-	}
-	for user, subject := range clientSubjects {
-		tmpl := &x509.Certificate{Subject: subject, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-		if err := issue(user, tmpl); err != nil {
-			return p, err
-		}
-	}
+	return tmpl
+}
 
-	saKey, err := newKey()
+// WriteServiceAccountKeys writes a new service-account signing key to priv and its public key to pub.
+func WriteServiceAccountKeys(priv, pub string) error {
+	key, err := newKey()
 	if err != nil {
-		return p, err
+		return err
 	}
-	if err := writeKey(p.serviceAccountKey(), saKey); err != nil {
-		return p, err
+	if err := writeKey(priv, key); err != nil {
+		return err
 	}
-	pub, err := x509.MarshalPKIXPublicKey(saKey.Public())
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
 	if err != nil {
-		return p, fmt.Errorf("encoding service-account public key: %w", err)
+		return fmt.Errorf("encoding service-account public key: %w", err)
 	}
-	return p, writePEM(p.serviceAccountPub(), "PUBLIC KEY", pub, 0o644)
+	return writePEM(pub, "PUBLIC KEY", der, 0o644)
 }
 
 func newKey() (*ecdsa.PrivateKey, error) {

@@ -35,18 +35,27 @@ func writeKubeconfig(p pkiFiles, user, server string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolving key path: %w", err)
 	}
-	q := strconv.Quote // a Go-quoted ASCII string is a valid YAML double-quoted scalar
-	content := "apiVersion: v1\nkind: Config\n" +
-		"clusters:\n- name: kp-e2e\n  cluster:\n    server: " + q(server) + "\n    certificate-authority: " + q(ca) + "\n" +
-		"users:\n- name: " + q(user) + "\n  user:\n    client-certificate: " + q(cert) + "\n    client-key: " + q(key) + "\n" +
-		"contexts:\n- name: kp-e2e\n  context:\n    cluster: kp-e2e\n    user: " + q(user) + "\n" +
-		"current-context: kp-e2e\n"
 	sum := sha256.Sum256([]byte(server))
 	path := filepath.Join(p.dir, fmt.Sprintf("%s-%s.kubeconfig", user, hex.EncodeToString(sum[:4])))
-	if err := writeFileAtomic(path, []byte(content), 0o600); err != nil {
-		return "", fmt.Errorf("writing kubeconfig: %w", err)
+	if err := WriteKubeconfig(path, server, ca, cert, key); err != nil {
+		return "", err
 	}
 	return filepath.Abs(path)
+}
+
+// WriteKubeconfig writes, atomically, a kubeconfig at path for server with the CA, client certificate
+// and key files named by their paths (make them absolute: the file is read from other directories).
+func WriteKubeconfig(path, server, caFile, certFile, keyFile string) error {
+	q := strconv.Quote // a Go-quoted ASCII string is a valid YAML double-quoted scalar
+	content := "apiVersion: v1\nkind: Config\n" +
+		"clusters:\n- name: kp-e2e\n  cluster:\n    server: " + q(server) + "\n    certificate-authority: " + q(caFile) + "\n" +
+		"users:\n- name: user\n  user:\n    client-certificate: " + q(certFile) + "\n    client-key: " + q(keyFile) + "\n" +
+		"contexts:\n- name: kp-e2e\n  context:\n    cluster: kp-e2e\n    user: user\n" +
+		"current-context: kp-e2e\n"
+	if err := writeFileAtomic(path, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return nil
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames it into place, so concurrent
