@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/vishvananda/netns"
 )
 
 var seq atomic.Uint64
@@ -110,4 +113,25 @@ func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) {
 		return out.String(), fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, errb.String())
 	}
 	return out.String(), nil
+}
+
+// Do runs fn on an OS thread that has entered the namespace, so that the sockets fn opens belong to it,
+// and returns fn's error. The thread is never used again: it ends with the goroutine that ran fn.
+func (ns *NS) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		h, err := netns.GetFromName(ns.Name)
+		if err != nil {
+			errc <- fmt.Errorf("opening network namespace %s: %w", ns.Name, err)
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			errc <- fmt.Errorf("entering network namespace %s: %w", ns.Name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
 }

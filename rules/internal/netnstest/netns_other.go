@@ -31,3 +31,6 @@ func (ns *NS) Save(backend string, ipv6 bool, table string) (string, error) { re
 
 // Exec is not available on this platform.
 func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) { return "", nil }
+
+// Do is not available on this platform.
+func (ns *NS) Do(fn func() error) error { return nil }
