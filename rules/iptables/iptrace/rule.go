@@ -59,6 +59,8 @@ type Match struct {
 	SetDirs []string
 	// physdev (only --physdev-is-in)
 	PhysdevIsIn bool
+	// nfacct: the accounting object the packet is counted in (the match always matches)
+	NFAcctName string
 	// ipvs: the virtual server IPVS sent the packet to (zero values: not matched on)
 	VAddr  AddrMask
 	VPort  uint16
@@ -281,7 +283,7 @@ func ParseRule(args []string, ipv6 bool) (*Rule, error) {
 				return nil, err
 			}
 			switch v {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack", "set", "physdev", "ipvs":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack", "set", "physdev", "ipvs", "nfacct":
 			default:
 				return nil, fmt.Errorf("couldn't load match %q: not supported by iptrace", v)
 			}
@@ -447,6 +449,8 @@ func (m *Match) accepts(opt string) bool {
 		return opt == "--physdev-is-in"
 	case "ipvs":
 		return opt == "--vaddr" || opt == "--vport" || opt == "--vproto"
+	case "nfacct":
+		return opt == "--nfacct-name"
 	}
 	return false
 }
@@ -535,6 +539,11 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 		if err != nil {
 			return err
 		}
+	case "--nfacct-name":
+		if v == "" || len(v) > 31 {
+			return fmt.Errorf("nfacct-name %q: must be 1 to 31 characters", v)
+		}
+		m.NFAcctName = v
 	case "--ctstate":
 		for _, s := range strings.Split(v, ",") {
 			switch s {
@@ -637,6 +646,10 @@ func (m *Match) check(r *Rule) error {
 	case "physdev":
 		if !m.PhysdevIsIn {
 			return fmt.Errorf("physdev: only --physdev-is-in is supported by iptrace")
+		}
+	case "nfacct":
+		if m.NFAcctName == "" {
+			return fmt.Errorf("nfacct: --nfacct-name required")
 		}
 	case "ipvs":
 		if !m.VAddr.IsValid() && m.VPort == 0 && m.VProto == 0 {
@@ -759,6 +772,11 @@ func (r *Rule) String() string {
 			opt(m.Not["--match-set"], "--match-set", m.SetName+" "+strings.Join(m.SetDirs, ","))
 		case "physdev":
 			opt(m.Not["--physdev-is-in"], "--physdev-is-in", "")
+		case "nfacct":
+			// libxt_nfacct prints the option with a trailing space and the quoting helper adds another.
+			opt(false, "--nfacct-name", "")
+			b.WriteString("  ")
+			saveString(&b, m.NFAcctName)
 		case "ipvs":
 			// In libxt_ipvs' order: protocol (as a number), address with its mask, port.
 			if m.VProto != 0 {

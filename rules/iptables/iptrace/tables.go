@@ -82,6 +82,8 @@ type Tables struct {
 	tables map[string]*Table
 	sets   map[string]*ipSet
 	vss    map[vsKey]*VirtualServer
+	// counters are the nfacct objects that exist (AddCounter); nil: not modelled.
+	counters map[string]bool
 }
 
 // New returns an empty state for IPv4 (ipv6 false) or IPv6.
@@ -99,6 +101,7 @@ func (ts *Tables) Clone() *Tables {
 	}
 	n.sets = maps.Clone(ts.sets) // sets and virtual servers are replaced whole, never changed in place
 	n.vss = maps.Clone(ts.vss)
+	n.counters = maps.Clone(ts.counters)
 	return n
 }
 
@@ -534,6 +537,9 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 	if err := ts.checkSets(r); err != nil {
 		return "", err
 	}
+	if err := ts.checkCounters(r); err != nil {
+		return "", err
+	}
 	if err := ts.checkTarget(t, c, r); err != nil {
 		return "", err
 	}
@@ -564,6 +570,31 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// AddCounter tells the state that the nfacct object name exists. Once it has been called, a rule whose
+// nfacct match names an object that was not added is refused, as the kernel refuses it; before, any name
+// is taken (rules read back from a kernel name only objects that exist).
+func (ts *Tables) AddCounter(name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.counters == nil {
+		ts.counters = map[string]bool{}
+	}
+	ts.counters[name] = true
+}
+
+// checkCounters refuses a rule naming an nfacct object that does not exist, when they are modelled.
+func (ts *Tables) checkCounters(r *Rule) error {
+	if ts.counters == nil {
+		return nil
+	}
+	for _, m := range r.Matches {
+		if m.Module == "nfacct" && !ts.counters[m.NFAcctName] {
+			return fmt.Errorf("nfacct object %s: No such file or directory", m.NFAcctName)
+		}
+	}
+	return nil
 }
 
 func (ts *Tables) checkTarget(t *Table, c *Chain, r *Rule) error {

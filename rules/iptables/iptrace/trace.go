@@ -389,7 +389,7 @@ func (tr *tracer) match(r *Rule, st *state) (float64, []string, error) {
 	var setRecent []string
 	for _, m := range r.Matches {
 		switch m.Module {
-		case "comment":
+		case "comment", "nfacct": // nfacct only counts the packet
 		case "tcp", "udp", "sctp":
 			if pkt.Protocol != m.Module {
 				return 0, nil, nil
