@@ -155,15 +155,7 @@ func TestNFAcctAgainstKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 			mustRestore(t, ts, nfacctRules, true)
-			for _, table := range []string{"nat", "filter"} {
-				real, err := ns.Save(backend, false, table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(real, ts.Save(table)); diff != "" {
-					t.Errorf("table %s (-kernel +iptrace):\n%s", table, diff)
-				}
-			}
+			checkAgainstKernel(t, ns, backend, ts)
 			for _, tc := range nfacctErrors {
 				if err := ns.Restore(backend, false, []byte("*filter\n:KUBE-C - [0:0]\n"+tc.rule+"\nCOMMIT\n"), "--noflush"); err == nil {
 					t.Errorf("%s: the kernel took %s", tc.name, tc.rule)

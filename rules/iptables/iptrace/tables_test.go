@@ -63,16 +63,22 @@ func TestSaveAgainstKernel(t *testing.T) {
 				}
 				ts := New(tc.ipv6)
 				mustRestore(t, ts, string(payload), true)
-				for _, table := range []string{"filter", "nat"} {
-					real, err := ns.Save(backend, tc.ipv6, table)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if diff := cmp.Diff(real, ts.Save(table)); diff != "" {
-						t.Errorf("table %s: Save differs from the kernel's (-kernel +iptrace):\n%s", table, diff)
-					}
-				}
+				checkAgainstKernel(t, ns, backend, ts)
 			})
+		}
+	}
+}
+
+// checkAgainstKernel compares Save of the filter and nat tables with iptables-save in ns.
+func checkAgainstKernel(t *testing.T, ns *netnstest.NS, backend string, ts *Tables) {
+	t.Helper()
+	for _, table := range []string{"filter", "nat"} {
+		real, err := ns.Save(backend, ts.ipv6, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(real, ts.Save(table)); diff != "" {
+			t.Errorf("table %s: Save differs from the kernel's (-kernel +iptrace):\n%s", table, diff)
 		}
 	}
 }
@@ -141,15 +147,7 @@ func TestRestoreErrorsAgainstKernel(t *testing.T) {
 					t.Errorf("%s: kernel error %v, iptrace error %v", tc.name, realErr, fakeErr)
 				}
 			}
-			for _, table := range []string{"filter", "nat"} {
-				real, err := ns.Save(backend, false, table)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if diff := cmp.Diff(real, ts.Save(table)); diff != "" {
-					t.Errorf("table %s after the sequence (-kernel +iptrace):\n%s", table, diff)
-				}
-			}
+			checkAgainstKernel(t, ns, backend, ts)
 		})
 	}
 }
