@@ -19,6 +19,8 @@ phase() { awk -v n="$1" -v a="$2" -v b="$(now)" 'BEGIN { printf "[build-cluster]
 log() { echo "[build-cluster] $*" >&2; }
 
 export GOTOOLCHAIN=local
+# shellcheck source=e2e/tools/build-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/build-lib.sh"
 export GOFLAGS="-mod=mod -buildvcs=false"
 command -v go >/dev/null || { log "go not found in PATH"; exit 1; }
 
@@ -26,62 +28,17 @@ mkdir -p "$BINDIR"
 BINDIR=$(cd "$BINDIR" && pwd)
 STAMP="k8s=v$K8S_VERSION etcd=v$ETCD_VERSION go=$(go env GOVERSION) recipe=1"
 
-cached() {
-  local b
-  for b in "${BINARIES[@]}"; do [[ -x $BINDIR/$b ]] || return 1; done
-  [[ "$(cat "$BINDIR/.stamp" 2>/dev/null)" == "$STAMP" ]]
-}
-
 T_ALL=$(now)
-if [[ ${KP_BUILD_FORCE:-} != 1 ]] && cached; then
-  log "binaries cached in $BINDIR ($STAMP)"
-  phase "cache check" "$T_ALL"
-  exit 0
-fi
-
-# One builder at a time per BINDIR: a second caller waits, then finds the stamp.
-exec 9>"$BINDIR/.lock"
-if ! flock -n 9; then
-  log "another build holds $BINDIR/.lock; waiting"
-  flock 9
-fi
-if [[ ${KP_BUILD_FORCE:-} != 1 ]] && cached; then
-  log "binaries cached in $BINDIR (built by the other run)"
-  exit 0
-fi
+skip_if_cached
 
 MINOR=${K8S_VERSION#*.}; MINOR=${MINOR%%.*}
-PATCH=${K8S_VERSION##*.}
-STAGING_VERSION="v0.$MINOR.$PATCH"
 SRC=$BINDIR/.src
 rm -rf "$SRC"
 mkdir -p "$SRC/k8s" "$SRC/etcd"
 
 # --- throw-away modules -------------------------------------------------------------------------------
 T=$(now)
-KMOD=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-[[ -f $KMOD ]] || { log "cannot locate go.mod of k8s.io/kubernetes@v$K8S_VERSION"; exit 1; }
-# Every "k8s.io/X => ./staging/src/k8s.io/X" of k8s.io/kubernetes becomes "k8s.io/X => k8s.io/X v0.M.P".
-# The two sample modules are not published at matching versions and nothing we build imports them.
-mapfile -t STAGING < <(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$KMOD" |
-  grep -vE '^k8s\.io/sample-(cli-plugin|controller)$')
-((${#STAGING[@]} > 20)) || { log "found only ${#STAGING[@]} staging replaces in $KMOD"; exit 1; }
-{
-  printf 'module kp-e2e-cluster/k8s\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes v%s\n\nreplace (\n' "$K8S_VERSION"
-  for m in "${STAGING[@]}"; do printf '\t%s => %s %s\n' "$m" "$m" "$STAGING_VERSION"; done
-  printf ')\n'
-} >"$SRC/k8s/go.mod"
-cat >"$SRC/k8s/tools.go" <<'GO'
-//go:build tools
-
-// Package tools pins the commands this throw-away module builds.
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-proxy"
-)
-GO
+write_k8s_module "$SRC/k8s" kp-e2e-cluster/k8s k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-proxy
 printf 'module kp-e2e-cluster/etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 v%s\n' "$ETCD_VERSION" >"$SRC/etcd/go.mod"
 cat >"$SRC/etcd/tools.go" <<'GO'
 //go:build tools
@@ -91,7 +48,6 @@ package tools
 
 import _ "go.etcd.io/etcd/server/v3"
 GO
-(cd "$SRC/k8s" && go mod tidy)
 (cd "$SRC/etcd" && go mod tidy)
 phase "go.mod + download" "$T"
 
