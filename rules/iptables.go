@@ -11,6 +11,7 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/nfacct"
 	"kube-proxy/rules/xtables"
 )
 
@@ -23,7 +24,13 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 		return nil, err
 	}
 	klog.InfoS("Using iptables backend", "backend", backend, "reason", why)
-	metrics := iptables.NewMetrics(reg)
+	var acct iptables.Accounting // nil without nfacct: no counting rules, no metrics read from them
+	if c, err := nfacct.New(0); err != nil {
+		klog.ErrorS(err, "Cannot reach nfacct; the rules will not count packets for the nfacct-based metrics")
+	} else {
+		acct = c
+	}
+	metrics := iptables.NewMetrics(reg, acct)
 	ctMetrics := conntrack.NewMetrics(reg)
 	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
 		icfg, err := iptables.ConfigFrom(cfg, family)
@@ -35,6 +42,6 @@ func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg pr
 			// iptables-nft-restore's time grows faster than its input: big syncs go in chunks.
 			icfg.ChunkLines = 2500
 		}
-		return iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), metrics), nil
+		return iptables.NewDataplane(icfg, runner, conntrack.NewCleaner(family, ctMetrics), acct, metrics), nil
 	})
 }

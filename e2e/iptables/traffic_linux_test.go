@@ -81,7 +81,19 @@ func trafficCases(t *testing.T, backend string) {
 		if err != nil || strings.TrimSpace(out) != "1" {
 			t.Errorf("route_localnet in the node namespace: %q %v, want 1", strings.TrimSpace(out), err)
 		}
-		harness.ExpectSpread(t, "node -> 127.0.0.1 tcp", harness.HitForTest(t, node, "tcp", harness.HostPort("127.0.0.1", tcp), n, harness.HitOptions{}), harness.PodNames(all...), masqueraded)
+		// Each new connection to a NodePort on 127.0.0.1 is counted, as upstream counts it, in the nfacct
+		// counter behind kubeproxy_iptables_localhost_nodeports_accepted_packets_total (nat sees a
+		// connection's first packet only).
+		const localhostMetric = "kubeproxy_iptables_localhost_nodeports_accepted_packets_total"
+		before, ok := d.Metric(t, localhostMetric)
+		if !ok {
+			t.Errorf("%s is not exported", localhostMetric)
+		}
+		res := harness.HitForTest(t, node, "tcp", harness.HostPort("127.0.0.1", tcp), n, harness.HitOptions{})
+		harness.ExpectSpread(t, "node -> 127.0.0.1 tcp", res, harness.PodNames(all...), masqueraded)
+		if after, _ := d.Metric(t, localhostMetric); after-before != n {
+			t.Errorf("%s went from %v to %v over %d connections to 127.0.0.1:%d, want +%d", localhostMetric, before, after, n, tcp, n)
+		}
 		harness.ExpectSpread(t, "node -> NodeIP tcp", harness.HitForTest(t, node, "tcp", harness.HostPort(harness.NodeIP, tcp), n, harness.HitOptions{}), harness.PodNames(all...), masqueraded)
 	})
 

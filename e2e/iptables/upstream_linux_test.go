@@ -12,27 +12,6 @@ import (
 	"kube-proxy/e2e/harness"
 )
 
-// upstreamOnly reports the rules upstream kube-proxy v1.37 writes and we leave out on purpose (see
-// rules/iptables' package comment): the copy of each NodePort rule for 127.0.0.0/8 that carries an nfacct
-// counter, which only feeds upstream's localhost NodePort metric.
-func upstreamOnly(rule string) bool {
-	return strings.HasPrefix(rule, "-A KUBE-NODEPORTS -d 127.0.0.0/8 ") && strings.Contains(rule, " -m nfacct ")
-}
-
-// withoutNFAcct removes the nfacct match (upstream's packet counters for metrics, which we do not keep)
-// from a rule, so that upstream's `--ctstate INVALID -m nfacct ... -j DROP` compares equal to ours.
-func withoutNFAcct(rule string) string {
-	i := strings.Index(rule, " -m nfacct --nfacct-name ")
-	if i < 0 {
-		return rule
-	}
-	rest := strings.Fields(rule[i+len(" -m nfacct --nfacct-name "):])
-	if len(rest) == 0 {
-		return rule[:i]
-	}
-	return rule[:i] + " " + strings.Join(rest[1:], " ")
-}
-
 // unordered are the chains whose rule order upstream leaves to Go's map iteration (one rule per Service
 // port address, never overlapping), so only their contents are compared.
 var unordered = []string{"KUBE-SERVICES", "KUBE-NODEPORTS", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-FIREWALL"}
@@ -125,7 +104,7 @@ func TestUpstreamHandover(t *testing.T) {
 		}
 	}
 
-	// Our --cleanup removes what upstream left (its nfacct rules included), kubelet's KUBE-FIREWALL aside.
+	// Our --cleanup removes what upstream left, kubelet's KUBE-FIREWALL aside.
 	if err := up2.Proc.Stop(syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +177,7 @@ func chainSet(s *harness.SavedTable) []string {
 }
 
 // compareSaves checks that ours has exactly upstream's KUBE-* chains (except those in skip) and the same
-// rules, known differences aside, which it logs.
+// rules, nfacct matches and upstream's counted copies of the NodePort rules for 127.0.0.1 included.
 func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable, skip []string) {
 	t.Helper()
 	var upChains []string
@@ -223,14 +202,6 @@ func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable
 		if !relevant(r) {
 			continue
 		}
-		if upstreamOnly(r) {
-			t.Logf("%s: upstream only, on purpose: %s", key, r)
-			continue
-		}
-		if n := withoutNFAcct(r); n != r {
-			t.Logf("%s: upstream counts with nfacct, we do not: %s", key, r)
-			r = n
-		}
 		upRules[r]++
 	}
 	for _, r := range ours.Rules {
@@ -254,8 +225,8 @@ func compareSaves(t *testing.T, b *bed, key string, up, ours *harness.SavedTable
 		}
 		var u []string
 		for _, r := range up.RulesOf(c) {
-			if relevant(r) && !upstreamOnly(r) {
-				u = append(u, withoutNFAcct(r))
+			if relevant(r) {
+				u = append(u, r)
 			}
 		}
 		if o := ours.RulesOf(c); !slices.Equal(u, o) {

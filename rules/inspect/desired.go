@@ -30,8 +30,8 @@ type Desired struct {
 }
 
 // RenderDesired renders snaps (one per family) as the daemon of cfg would write them into an empty node
-// whose addresses are addrs (kube-ipvs0's excepted).
-func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr) (*Desired, error) {
+// whose addresses are addrs (kube-ipvs0's excepted) and whose nfacct counters are counters.
+func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr, counters iptables.NFAcct) (*Desired, error) {
 	d := &Desired{Mode: cfg.Mode, XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{},
 		IPVS: map[v1.IPFamily]*ipvs.Desired{}}
 	if d.Mode == "" {
@@ -40,7 +40,7 @@ func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, 
 	for _, snap := range snaps {
 		switch d.Mode {
 		case config.ModeIPTables:
-			ts, err := renderIPTables(cfg, snap)
+			ts, err := renderIPTables(cfg, snap, counters)
 			if err != nil {
 				return nil, err
 			}
@@ -88,11 +88,12 @@ func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, 
 
 // renderIPTables builds, in a tracer model, what mode iptables writes into an empty node: the chains
 // built-in chains jump to with their jump rules, then a full render restored with --noflush.
-func renderIPTables(cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot) (*iptrace.Tables, error) {
+func renderIPTables(cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot, counters iptables.NFAcct) (*iptrace.Tables, error) {
 	icfg, err := iptables.ConfigFrom(cfg, snap.Family)
 	if err != nil {
 		return nil, err
 	}
+	icfg.NFAcct = counters
 	ts := iptrace.New(snap.Family == v1.IPv6Protocol)
 	for _, c := range iptables.CanaryChains() {
 		if c.Table != "mangle" { // the tracer keeps nat and filter

@@ -34,7 +34,7 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "kube-proxy diff:", err)
 		return exitFinding
 	}
-	want, err := RenderDesired(env.Config, st.Snapshots, live.addrsBut(ipvs.DummyLink))
+	want, err := RenderDesired(env.Config, st.Snapshots, live.addrsBut(ipvs.DummyLink), live.NFAcct)
 	if err != nil {
 		fmt.Fprintln(stderr, "kube-proxy diff:", err)
 		return exitUsage

@@ -15,6 +15,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/nfacct"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 	"kube-proxy/rules/xtables"
@@ -38,6 +40,9 @@ type Live struct {
 	IPVS   []ipvsService
 	// OtherNFTTables are the node's other nftables tables ("inet filter", ...), iptables-nft's excepted.
 	OtherNFTTables []string
+	// NFAcct are the nfacct counters mode iptables' rules count in: both when the kernel's nfacct answers
+	// (the daemon creates them on its first sync, as upstream does), none when it does not.
+	NFAcct iptables.NFAcct
 	// Problems are what could not be read (a missing tool, a refused command), in words.
 	Problems []string
 }
@@ -63,6 +68,10 @@ func ReadLive(ctx context.Context) (*Live, error) {
 		l.Problems = append(l.Problems, err.Error())
 	}
 	l.IPSets, l.IPVS = sets, vss
+	if acct, err := nfacct.New(0); err == nil { // it only reads
+		acct.Close()
+		l.NFAcct = iptables.NFAcct{InvalidDropped: true, LocalhostNodePorts: true}
+	}
 	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
 		for _, family := range families {
 			x, err := readXTables(ctx, backend, family, sets, vss)

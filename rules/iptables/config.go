@@ -20,11 +20,31 @@ type Config struct {
 	proxy.Settings
 	// TCPBeLiberal is set when nf_conntrack_tcp_be_liberal is on: no DROP rule for ctstate INVALID.
 	TCPBeLiberal bool
+	// NFAcct says which of upstream's nfacct counters exist on the node; the rules count packets in
+	// those, as upstream's do. The Dataplane creates them on full syncs (ConfigFrom leaves this empty).
+	NFAcct NFAcct
 	// ChunkLines, when positive, splits a render whose own-chain rules exceed twice this many into
 	// transactions of about this many rules (Result.Chunks). The writer sets it for iptables-nft, whose
 	// restore time grows faster than the payload; iptables-legacy rewrites whole tables per call and is
 	// best given one.
 	ChunkLines int
+}
+
+// NFAcct names the nfacct counters the rules may count packets in, as upstream's rules do when the
+// kernel has them.
+type NFAcct struct {
+	// InvalidDropped: KUBE-FORWARD's DROP of ctstate INVALID packets counts them in CounterInvalidDropped.
+	InvalidDropped bool
+	// LocalhostNodePorts: while NodePorts answer on 127.0.0.0/8, each NodePort's KUBE-NODEPORTS rule has
+	// a copy for 127.0.0.0/8 ahead of it that counts its packets in CounterLocalhostNodePorts.
+	LocalhostNodePorts bool
+}
+
+// countsLocalhostNodePorts reports whether NodePorts get their counted copy for 127.0.0.0/8: the counter
+// exists and localhost NodePorts are configured for IPv4. Whether a node's NodePorts answer on loopback
+// is LocalhostNodePortsActive.
+func (c *Config) countsLocalhostNodePorts() bool {
+	return c.NFAcct.LocalhostNodePorts && c.LocalhostNodePorts && c.Family == v1.IPv4Protocol
 }
 
 // localArgs renders a local-traffic match as iptables arguments matching traffic from a local pod, and

@@ -14,6 +14,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/nfacct"
 	"kube-proxy/rules/sysctl"
 )
 
@@ -33,6 +34,11 @@ type cleaner interface {
 	Clean(snap *proxy.Snapshot) error
 }
 
+// accounting creates the nfacct counters the rules name (an *nfacct.Client).
+type accounting interface {
+	Ensure(name string) error
+}
+
 // Dataplane is mode iptables for one IP family: it renders each snapshot and writes it with one
 // iptables-restore --noflush, rewriting only what changed unless a full sync is due. A failed write leaves
 // the kernel as it was (iptables-restore commits each table atomically) and makes the next sync full.
@@ -40,6 +46,7 @@ type Dataplane struct {
 	family  v1.IPFamily
 	kernel  kernel
 	cleaner cleaner
+	acct    accounting // nil: the kernel has no nfacct
 	metrics *familyMetrics
 
 	// checkMu makes the watcher's check for removed rules and the one at the start of a full sync take turns,
@@ -70,8 +77,11 @@ var (
 )
 
 // NewDataplane returns the dataplane of cfg.Family writing through k (an *xtables.Runner in production).
-func NewDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
-	return &Dataplane{family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
+// With a (an *nfacct.Client; nil when the kernel has no nfacct) it creates upstream's nfacct counters on
+// full syncs and its rules count packets in those it could create, whatever cfg.NFAcct says.
+func NewDataplane(cfg Config, k kernel, c cleaner, a accounting, m *Metrics) *Dataplane {
+	cfg.NFAcct = NFAcct{}
+	return &Dataplane{family: cfg.Family, kernel: k, cleaner: c, acct: a, metrics: m.forFamily(cfg.Family),
 		cfg: cfg, renderer: NewRenderer(cfg), needFull: true, chunkLines: cfg.ChunkLines}
 }
 
@@ -92,6 +102,7 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	cfg.ChunkLines = d.chunkLines
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	cfg.NFAcct = d.cfg.NFAcct // what the kernel has, not the file
 	if reflect.DeepEqual(cfg, d.cfg) {
 		return nil
 	}
@@ -151,6 +162,18 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			// Removed between the check above and now: it is repaired just the same, and counted.
 			d.countRemoved(readded)
 		}
+		if nf := d.ensureCounters(); nf != cfg.NFAcct {
+			// The counters came or went (the first sync, or one could not be created): a renderer for the
+			// new set writes this full sync.
+			cfg.NFAcct = nf
+			next := NewRenderer(cfg)
+			d.mu.Lock()
+			if d.renderer == renderer { // not reconfigured meanwhile (else the next sync is full again)
+				d.cfg, d.renderer = cfg, next
+			}
+			d.mu.Unlock()
+			renderer = next
+		}
 		if existing, err = d.existingChains(ctx); err != nil {
 			return err
 		}
@@ -198,6 +221,23 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 	}
 	return nil
+}
+
+// ensureCounters creates upstream's nfacct counters, as upstream does on every full sync, and reports
+// which exist. A counter that cannot be created is logged and left out of the rules, whose packets then
+// go uncounted: its metric stops growing.
+func (d *Dataplane) ensureCounters() NFAcct {
+	if d.acct == nil {
+		return NFAcct{}
+	}
+	ensure := func(name string) bool {
+		if err := d.acct.Ensure(name); err != nil {
+			klog.ErrorS(err, "Could not create an nfacct counter; its metric will not be updated", "counter", name, "ipFamily", d.family)
+			return false
+		}
+		return true
+	}
+	return NFAcct{InvalidDropped: ensure(CounterInvalidDropped), LocalhostNodePorts: ensure(CounterLocalhostNodePorts)}
 }
 
 // write restores a render: its chunks one after the other, or the payload at once; nothing when there is
@@ -331,8 +371,25 @@ type Metrics struct {
 	backend                *prometheus.GaugeVec
 }
 
-// NewMetrics registers the iptables metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// Accounting is the node's nfacct subsystem (an *nfacct.Client): the Dataplane creates upstream's
+// counters in it, the metrics read them.
+type Accounting interface {
+	Ensure(name string) error
+	Get(name string) (nfacct.Counter, error)
+}
+
+// The descriptions of upstream's two metrics read from nfacct counters at every scrape.
+var (
+	invalidDroppedDesc = prometheus.NewDesc("kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+		"[ALPHA] packets dropped by iptables to work around conntrack problems", nil, nil)
+	localhostAcceptedDesc = prometheus.NewDesc("kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+		"[ALPHA] Number of packets accepted on nodeports of loopback interface", nil, nil)
+)
+
+// NewMetrics registers the iptables metrics on reg; with acct (nil when the kernel has no nfacct) also
+// upstream's two metrics that report what the rules counted in its nfacct counters, as upstream
+// registers them only when it can reach nfacct.
+func NewMetrics(reg prometheus.Registerer, acct Accounting) *Metrics {
 	const sub = "kubeproxy"
 	m := &Metrics{
 		restoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
@@ -349,6 +406,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "iptables_backend_info", Help: "The iptables backend in use (nft or legacy), as a label"}, []string{"backend", "ip_family"}),
 	}
 	reg.MustRegister(m.restoreFailures, m.partialRestoreFailures, m.rulesTotal, m.rulesLast, m.rulesRemoved, m.backend)
+	if acct != nil {
+		reg.MustRegister(nfacct.NewCollector(acct, CounterInvalidDropped, invalidDroppedDesc),
+			nfacct.NewCollector(acct, CounterLocalhostNodePorts, localhostAcceptedDesc))
+	}
 	return m
 }
 

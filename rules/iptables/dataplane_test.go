@@ -24,8 +24,9 @@ import (
 	"kube-proxy/rules/sysctl"
 )
 
-// fakeKernel is iptables backed by iptrace.Tables: restores and single-rule commands change its state the
-// way the kernel would, and it refuses what the kernel refuses. failRestore makes the next restores fail
+// fakeKernel is iptables backed by iptrace.Tables, with the node's nfacct subsystem: restores and
+// single-rule commands change its state the way the kernel would, and it refuses what the kernel refuses
+// (a rule naming an nfacct counter that was not created, too). failRestore makes the next restores fail
 // before touching anything, like a missing lock or a rejected payload.
 type fakeKernel struct {
 	ts          *iptrace.Tables
@@ -33,9 +34,28 @@ type fakeKernel struct {
 	failAfter   int   // with failRestore: this many restores still succeed first
 	failCheck   error // RuleExists fails, as `iptables -C` may while someone else rewrites the table
 	payloads    []string
+	// counters are the nfacct counters created; failCounter makes creating the one of that name fail.
+	counters    []string
+	failCounter string
 }
 
-func newFakeKernel() *fakeKernel { return &fakeKernel{ts: iptrace.New(false)} }
+func newFakeKernel() *fakeKernel {
+	f := &fakeKernel{ts: iptrace.New(false)}
+	f.ts.SetCounters() // none exists yet
+	return f
+}
+
+// Ensure creates an nfacct counter, as nfacct.Client does.
+func (f *fakeKernel) Ensure(name string) error {
+	if name == f.failCounter {
+		return fmt.Errorf("creating nfacct counter %q: operation not permitted", name)
+	}
+	if !slices.Contains(f.counters, name) {
+		f.counters = append(f.counters, name)
+		f.ts.SetCounters(f.counters...)
+	}
+	return nil
+}
 
 func (f *fakeKernel) Restore(_ context.Context, payload []byte) error {
 	if f.failRestore != nil {
@@ -133,7 +153,7 @@ func ptr[T any](v T) *T { return &v }
 func newTestDataplane(t *testing.T, k *fakeKernel, cfg Config) (*Dataplane, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	return NewDataplane(cfg, k, nil, NewMetrics(reg)), reg
+	return NewDataplane(cfg, k, nil, k, NewMetrics(reg, nil)), reg
 }
 
 func v4Config() Config {
@@ -728,4 +748,103 @@ func TestDataplaneRouteLocalnet(t *testing.T) {
 		t.Errorf("after a reload that serves NodePorts on 127.0.0.1, route_localnet = %q, want 1", got)
 	}
 	setFakeSysctl(sysctl.Root, sysctlRouteLocalnet, "0")
+}
+
+// TestDataplaneNFAcct: the first (full) sync creates upstream's nfacct counters before it writes rules
+// naming them (the fake kernel refuses a rule naming a missing counter, as the kernel does); a kernel
+// without nfacct, or a counter that cannot be created, gets the rules without that counter.
+func TestDataplaneNFAcct(t *testing.T) {
+	const invalidRule = "-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  " + CounterInvalidDropped + " -j DROP"
+	tests := []struct {
+		name          string
+		nfacct        bool   // the kernel has nfacct
+		failCounter   string // creating this counter fails
+		wantCounters  []string
+		wantInvalid   bool // the INVALID drop counts
+		wantLocalhost bool // the localhost NodePort copy is written
+	}{
+		{name: "kernel with nfacct", nfacct: true, wantCounters: []string{CounterInvalidDropped, CounterLocalhostNodePorts},
+			wantInvalid: true, wantLocalhost: true},
+		{name: "kernel without nfacct"},
+		{name: "localhost counter refused", nfacct: true, failCounter: CounterLocalhostNodePorts,
+			wantCounters: []string{CounterInvalidDropped}, wantInvalid: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := newFakeKernel()
+			k.failCounter = tt.failCounter
+			var acct accounting
+			if tt.nfacct {
+				acct = k
+			}
+			dp := NewDataplane(v4Config(), k, nil, acct, NewMetrics(prometheus.NewRegistry(), nil))
+			w := newWorld(t)
+			w.tracker.OnService(nil, &v1.Service{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+				Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+					IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, Ports: []v1.ServicePort{{Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}},
+			})
+			w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+			if err := dp.Apply(context.Background(), w.snapshot(), false); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(k.counters, tt.wantCounters) {
+				t.Errorf("counters %v, want %v", k.counters, tt.wantCounters)
+			}
+			if got := slices.Contains(strings.Split(k.ts.Save("filter"), "\n"), invalidRule); got != tt.wantInvalid {
+				t.Errorf("INVALID drop counted: %v, want %v:\n%s", got, tt.wantInvalid, k.ts.Save("filter"))
+			}
+			counted := slices.ContainsFunc(k.ts.Rules("nat", chainNodePorts), func(r string) bool {
+				return strings.HasPrefix(r, "-d 127.0.0.0/8 ") && strings.Contains(r, "--nfacct-name  "+CounterLocalhostNodePorts)
+			})
+			if counted != tt.wantLocalhost {
+				t.Errorf("localhost NodePort copy written: %v, want %v:\n%s", counted, tt.wantLocalhost, k.ts.Save("nat"))
+			}
+			// Counted or not, the node's own connections to 127.0.0.1:30080 reach the endpoint.
+			res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddr("127.0.0.1"),
+				Protocol: "tcp", DPort: 30080, Local: true, LocalAddrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Endpoints(); !slices.Equal(got, []string{"10.244.1.2:8080"}) {
+				t.Errorf("127.0.0.1:30080 reaches %v, want 10.244.1.2:8080:\n%s", got, res)
+			}
+		})
+	}
+}
+
+// TestDataplaneReconfigureKeepsCounters: a reload of an unchanged file keeps the counters the kernel has
+// (they are not in the file) and the syncs partial.
+func TestDataplaneReconfigureKeepsCounters(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	cfg, err := ConfigFrom(c, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp, _ := newTestDataplane(t, k, cfg)
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Config().NFAcct; got != allCounters {
+		t.Fatalf("after the first sync NFAcct = %+v, want %+v", got, allCounters)
+	}
+	if err := dp.Reconfigure(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := dp.Config().NFAcct; got != allCounters {
+		t.Errorf("after a reload NFAcct = %+v, want %+v", got, allCounters)
+	}
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.3")
+	if err := dp.Apply(ctx, w.snapshot(), false); err != nil {
+		t.Fatal(err)
+	}
+	if last := k.payloads[len(k.payloads)-1]; strings.Contains(last, ":"+chainForward+" ") {
+		t.Errorf("the sync after an unchanged reload rewrote everything:\n%s", last)
+	}
 }

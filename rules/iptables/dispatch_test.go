@@ -209,8 +209,7 @@ func TestDispatchConverges(t *testing.T) {
 func TestDispatchKernel(t *testing.T) {
 	for _, backend := range netnstest.Backends {
 		t.Run(backend, func(t *testing.T) {
-			ns := netnstest.New(t)
-			netnstest.Check(t, backend, false)
+			ns := kernelNS(t, backend, false, nil)
 			snap := bigSnapshot(1100, 2)
 			r := NewRenderer(benchCfg)
 			fake := iptrace.New(false)

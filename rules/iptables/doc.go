@@ -6,15 +6,14 @@
 // contributes to the shared chains) so that a partial render for a few changed Services costs little more
 // than copying bytes. The restore writer feeds the payload to `iptables-restore --noflush`; the jump rules
 // from the built-in chains (JumpRules) and the canary chains (CanaryChains) are ensured separately, as
-// upstream does.
+// upstream does, and so are upstream's nfacct counters (Dataplane), which the rules name when the kernel
+// has them: the INVALID drop and a copy of each NodePort rule for 127.0.0.0/8 count the packets that
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total and
+// kubeproxy_iptables_localhost_nodeports_accepted_packets_total report.
 //
 // Deliberate differences from upstream, none visible to traffic:
 //   - Rules are grouped by chain and Services are written in name order, where upstream follows Go map
 //     order. The kernel keeps the order within each chain, which is all that matters.
-//   - The nfacct matches upstream adds for metrics (localhost NodePort and INVALID-drop counters) are left
-//     out: they need the nfacct netlink module and only feed counters. The extra localhost NodePort rule
-//     upstream writes only when nfacct is available is therefore absent too (the rule after it matches the
-//     same packets).
 //   - nodePortAddresses CIDRs are matched with "-d CIDR -m addrtype --dst-type LOCAL" instead of one rule per
 //     interface address found at sync time: the same packets, without reading interfaces in a pure renderer,
 //     and it follows address changes without a resync. The "primary" keyword yields "-d nodeIP" as upstream.

@@ -295,8 +295,7 @@ func checkRender(t *testing.T, data []byte) {
 		if !netnstest.Enabled() || !takeKernelBudget() {
 			return
 		}
-		ns := netnstest.New(t)
-		netnstest.Check(t, "nft", ipv6)
+		ns := kernelNS(t, "nft", ipv6, nil)
 		if err := ns.Restore("nft", ipv6, fullPayload, "--noflush", "--test"); err != nil {
 			t.Fatalf("iptables-restore --test refuses the full payload: %v\n%s", err, fullPayload)
 		}

@@ -85,6 +85,14 @@ func goldenCases() []goldenCase {
 			[]step{full(snapshot(v4, node, npSvc()))}},
 		{"nodeport-primary", with(cfg, func(c *Config) { c.NodePortAddresses, c.LocalhostNodePorts = npAddrs(v4, "primary"), true }),
 			[]step{full(snapshot(v4, node, npSvc()))}},
+		// A kernel without nfacct: upstream's rules then name no counters and leave out the localhost copies.
+		{"nodeport-localhost-no-nfacct", with(cfg, func(c *Config) { c.LocalhostNodePorts, c.NFAcct = true, NFAcct{} }),
+			[]step{full(snapshot(v4, node, npSvc()))}},
+		// nodePortAddresses "primary" while the Node has no IP matches every address, 127.0.0.1 included: the
+		// counted localhost copies follow the node in a partial render.
+		{"nodeport-localhost-primary-unknown", with(cfg, func(c *Config) {
+			c.NodePortAddresses, c.LocalhostNodePorts = npAddrs(v4, "primary"), true
+		}), []step{full(snapshot(v4, node, npSvc())), partial(snapshot(v4, proxy.Node{Name: testNode, Known: true}, npSvc()))}},
 		{"externalips", cfg, []step{full(snapshot(v4, node,
 			port("default/ext", "", v1.ProtocolTCP, "10.96.0.30", 80, externalIPs("192.0.2.10", "192.0.2.11"),
 				eps("10.244.2.6:80", "10.244.3.7:80"))))}},

@@ -50,14 +50,19 @@ func seed000() *proxy.Snapshot {
 			eps("192.168.11.73:80", "192.168.11.74:80", "192.168.221.10:80")))
 }
 
-// testConfig returns a Config of family with the masquerade bit SettingsFor defaults to (14) and the local
-// detector d; nothing else is set: NodePorts answer on every address, not on localhost.
+// testConfig returns a Config of family with the masquerade bit SettingsFor defaults to (14), the local
+// detector d and both nfacct counters present, as on a kernel with nfacct; nothing else is set: NodePorts
+// answer on every address, not on localhost.
 func testConfig(family v1.IPFamily, d proxy.LocalDetector) Config {
-	return Config{Settings: proxy.Settings{Family: family, MasqueradeBit: config.DefaultMasqueradeBit, LocalDetector: d}}
+	return Config{Settings: proxy.Settings{Family: family, MasqueradeBit: config.DefaultMasqueradeBit, LocalDetector: d},
+		NFAcct: allCounters}
 }
 
+// allCounters are the nfacct counters a kernel with nfacct has once the Dataplane created them.
+var allCounters = NFAcct{InvalidDropped: true, LocalhostNodePorts: true}
+
 // configFrom returns what ConfigFrom derives for IPv4 from the default configuration with clusterCIDR
-// 10.244.0.0/16, changed by edit.
+// 10.244.0.0/16, changed by edit, with both nfacct counters present.
 func configFrom(edit func(*config.KubeProxyConfiguration)) Config {
 	c := config.Default()
 	c.ClusterCIDR = "10.244.0.0/16"
@@ -66,6 +71,7 @@ func configFrom(edit func(*config.KubeProxyConfiguration)) Config {
 	if err != nil {
 		panic(err)
 	}
+	cfg.NFAcct = allCounters
 	return cfg
 }
 

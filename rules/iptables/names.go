@@ -31,6 +31,14 @@ const (
 	chainKubeletFirewall = "KUBE-FIREWALL"
 )
 
+// The nfacct counters upstream's rules count packets in (Config.NFAcct), which its
+// kubeproxy_iptables_ct_state_invalid_dropped_packets_total and
+// kubeproxy_iptables_localhost_nodeports_accepted_packets_total report.
+const (
+	CounterInvalidDropped     = "ct_state_invalid_dropped_pkts"
+	CounterLocalhostNodePorts = "localhost_nps_accepted_pkts"
+)
+
 // isServiceChain reports whether a chain name is one of the per-Service chains (ours or upstream's).
 func isServiceChain(name string) bool {
 	for _, p := range [...]string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"} {

@@ -11,8 +11,9 @@ import (
 
 // Fragments of the shared chains one Service port contributes, in svcState.shared.
 const (
-	fragNATClusterIP = iota // nat KUBE-SERVICES: the cluster IP rule (into a bucket when dispatching)
-	fragNATServices         // nat KUBE-SERVICES: external and load balancer IP rules
+	fragNATClusterIP      = iota // nat KUBE-SERVICES: the cluster IP rule (into a bucket when dispatching)
+	fragNATServices              // nat KUBE-SERVICES: external and load balancer IP rules
+	fragNATNodePortsLocal        // nat KUBE-NODEPORTS: the copy for 127.0.0.0/8 that counts packets (nfacct)
 	fragNATNodePorts
 	fragFilterServices
 	fragFilterExternal
@@ -250,8 +251,15 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 	}
 	mark(fragNATServices)
 
-	// nat KUBE-NODEPORTS. (Upstream adds a 127.0.0.0/8 copy of this rule carrying an nfacct counter for
-	// metrics; it is left out, see the package comment.)
+	// nat KUBE-NODEPORTS, with upstream's copy for 127.0.0.0/8 ahead that counts the packets for
+	// kubeproxy_iptables_localhost_nodeports_accepted_packets_total (used only while NodePorts answer on
+	// loopback: see buildNAT).
+	if sp.NodePort != 0 && p.hasEndpoints && r.cfg.countsLocalhostNodePorts() {
+		w.rule(chainNodePorts).t("-m", "comment", "--comment", st.name).proto(st.proto).
+			t("-d", "127.0.0.0/8", "--dport").num(sp.NodePort).
+			t("-m", "nfacct", "--nfacct-name", CounterLocalhostNodePorts, "-j", st.ext).end()
+	}
+	mark(fragNATNodePortsLocal)
 	if sp.NodePort != 0 && p.hasEndpoints {
 		w.rule(chainNodePorts).t("-m", "comment", "--comment", st.name).proto(st.proto).
 			t("--dport").num(sp.NodePort).t("-j", st.ext).end()

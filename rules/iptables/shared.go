@@ -135,6 +135,9 @@ func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]boo
 			}
 		}
 	}
+	// The counted copies for 127.0.0.0/8 exist when the counter does; they are used while this node's
+	// NodePorts answer on loopback.
+	countLocalhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
 	for _, st := range r.order {
 		if !r.dispatch {
 			services.w.b = append(services.w.b, st.frag(fragNATClusterIP)...)
@@ -142,6 +145,10 @@ func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]boo
 		}
 		services.w.b = append(services.w.b, st.frag(fragNATServices)...)
 		services.w.lines += st.lines[fragNATServices]
+		if countLocalhost {
+			nodePorts.w.b = append(nodePorts.w.b, st.frag(fragNATNodePortsLocal)...)
+			nodePorts.w.lines += st.lines[fragNATNodePortsLocal]
+		}
 		nodePorts.w.b = append(nodePorts.w.b, st.frag(fragNATNodePorts)...)
 		nodePorts.w.lines += st.lines[fragNATNodePorts]
 	}
@@ -234,9 +241,13 @@ func (r *Renderer) buildFilter(snap *proxy.Snapshot, full bool) []*chainOut {
 	}
 	fwd := r.shared.get("filter", chainForward)
 	if !r.cfg.TCPBeLiberal {
-		// Out-of-window packets would reset connections (https://issue.k8s.io/74839). Upstream adds an
-		// nfacct counter here for metrics; it is left out.
-		fwd.w.rule(chainForward).t("-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP").end()
+		// Out-of-window packets would reset connections (https://issue.k8s.io/74839); those dropped are
+		// counted for kubeproxy_iptables_ct_state_invalid_dropped_packets_total when the counter exists.
+		fwd.w.rule(chainForward).t("-m", "conntrack", "--ctstate", "INVALID")
+		if r.cfg.NFAcct.InvalidDropped {
+			fwd.w.t("-m", "nfacct", "--nfacct-name", CounterInvalidDropped)
+		}
+		fwd.w.t("-j", "DROP").end()
 	}
 	fwd.w.rule(chainForward).comment("kubernetes forwarding rules").
 		t("-m", "mark", "--mark", r.mark+"/"+r.mark, "-j", "ACCEPT").end()

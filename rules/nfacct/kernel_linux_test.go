@@ -3,7 +3,6 @@ package nfacct
 import (
 	"errors"
 	"net"
-	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -14,12 +13,7 @@ import (
 // openIn returns a Client of a test namespace's nfacct subsystem.
 func openIn(t *testing.T, ns *netnstest.NS) *Client {
 	t.Helper()
-	f, err := os.Open("/var/run/netns/" + ns.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	c, err := New(int(f.Fd()))
+	c, err := New(int(ns.File(t).Fd()))
 	if err != nil {
 		t.Fatalf("New in %s: %v", ns.Name, err)
 	}

@@ -115,6 +115,18 @@ func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// File opens the namespace (for netlink sockets opened in it by file descriptor); it is closed when the
+// test ends.
+func (ns *NS) File(t testing.TB) *os.File {
+	t.Helper()
+	f, err := os.Open("/var/run/netns/" + ns.Name)
+	if err != nil {
+		t.Fatalf("opening network namespace %s: %v", ns.Name, err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // Do runs fn on an OS thread that has entered the namespace, so that the sockets fn opens belong to it,
 // and returns fn's error. The thread is never used again: it ends with the goroutine that ran fn.
 func (ns *NS) Do(fn func() error) error {

@@ -2,7 +2,10 @@
 
 package netnstest
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // Backends are the iptables variants tested.
 var Backends = []string{"nft", "legacy"}
@@ -31,6 +34,9 @@ func (ns *NS) Save(backend string, ipv6 bool, table string) (string, error) { re
 
 // Exec is not available on this platform.
 func (ns *NS) Exec(stdin []byte, name string, args ...string) (string, error) { return "", nil }
+
+// File is not available on this platform.
+func (ns *NS) File(t testing.TB) *os.File { return nil }
 
 // Do is not available on this platform.
 func (ns *NS) Do(fn func() error) error { return nil }

@@ -2,7 +2,6 @@ package iptrace
 
 import (
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 
@@ -63,9 +62,7 @@ var nfacctCounters = []string{"localhost_nps_accepted_pkts", "ct_state_invalid_d
 
 func TestNFAcct(t *testing.T) {
 	ts := New(false)
-	for _, c := range nfacctCounters {
-		ts.AddCounter(c)
-	}
+	ts.SetCounters(nfacctCounters...)
 	mustRestore(t, ts, nfacctRules, true)
 	for table, want := range nfacctSaved {
 		if diff := cmp.Diff(want, ts.Save(table)); diff != "" {
@@ -112,18 +109,21 @@ func TestNFAcctErrors(t *testing.T) {
 	for _, tc := range nfacctErrors {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := New(false)
-			for _, c := range nfacctCounters {
-				ts.AddCounter(c)
-			}
+			ts.SetCounters(nfacctCounters...)
 			err := ts.Restore([]byte("*filter\n:KUBE-C - [0:0]\n"+tc.rule+"\nCOMMIT\n"), RestoreOptions{NoFlush: true})
 			if err == nil || !strings.Contains(err.Error(), tc.errPart) {
 				t.Errorf("restore: %v, want an error containing %q", err, tc.errPart)
 			}
 		})
 	}
-	// Without AddCounter (rules read back from a kernel), any existing-looking name is taken.
+	// Without SetCounters (rules read back from a kernel), any name is taken; with none set, none is.
 	if err := New(false).Restore([]byte("*filter\n:KUBE-C - [0:0]\n-A KUBE-C -m nfacct --nfacct-name any -j DROP\nCOMMIT\n"), RestoreOptions{NoFlush: true}); err != nil {
 		t.Errorf("restore without modelled counters: %v", err)
+	}
+	none := New(false)
+	none.SetCounters()
+	if err := none.Restore([]byte("*filter\n:KUBE-C - [0:0]\n-A KUBE-C -m nfacct --nfacct-name any -j DROP\nCOMMIT\n"), RestoreOptions{NoFlush: true}); err == nil {
+		t.Errorf("restore naming a counter where none exists succeeded")
 	}
 }
 
@@ -134,12 +134,7 @@ func TestNFAcctAgainstKernel(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			ns := netnstest.New(t)
 			netnstest.Check(t, backend, false)
-			f, err := os.Open("/var/run/netns/" + ns.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			acct, err := nfacct.New(int(f.Fd()))
+			acct, err := nfacct.New(int(ns.File(t).Fd()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,8 +144,8 @@ func TestNFAcctAgainstKernel(t *testing.T) {
 				if err := acct.Ensure(c); err != nil {
 					t.Fatal(err)
 				}
-				ts.AddCounter(c)
 			}
+			ts.SetCounters(nfacctCounters...)
 			if err := ns.Restore(backend, false, []byte(nfacctRules), "--noflush"); err != nil {
 				t.Fatal(err)
 			}

@@ -82,7 +82,7 @@ type Tables struct {
 	tables map[string]*Table
 	sets   map[string]*ipSet
 	vss    map[vsKey]*VirtualServer
-	// counters are the nfacct objects that exist (AddCounter); nil: not modelled.
+	// counters are the nfacct objects that exist (SetCounters); nil: not modelled.
 	counters map[string]bool
 }
 
@@ -572,16 +572,16 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 	return "", nil
 }
 
-// AddCounter tells the state that the nfacct object name exists. Once it has been called, a rule whose
-// nfacct match names an object that was not added is refused, as the kernel refuses it; before, any name
-// is taken (rules read back from a kernel name only objects that exist).
-func (ts *Tables) AddCounter(name string) {
+// SetCounters tells the state which nfacct objects exist, replacing what it was told before. Once it has
+// been called, a rule whose nfacct match names another object is refused, as the kernel refuses it;
+// before, any name is taken (rules read back from a kernel name only objects that exist).
+func (ts *Tables) SetCounters(names ...string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if ts.counters == nil {
-		ts.counters = map[string]bool{}
+	ts.counters = map[string]bool{}
+	for _, n := range names {
+		ts.counters[n] = true
 	}
-	ts.counters[name] = true
 }
 
 // checkCounters refuses a rule naming an nfacct object that does not exist, when they are modelled.
