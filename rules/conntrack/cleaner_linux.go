@@ -21,6 +21,9 @@ type Cleaner struct {
 	family   v1.IPFamily
 	duration prometheus.Observer
 	deleted  prometheus.Counter
+	// deleteFlows deletes the entries of a family's table that f matches and returns how many
+	// (netlink.ConntrackDeleteFilters; a test's simulated table).
+	deleteFlows func(family netlink.InetFamily, f netlink.CustomConntrackFilter) (uint, error)
 }
 
 // Metrics are the conntrack cleanup metrics, under upstream's names.
@@ -45,22 +48,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // NewCleaner returns a Cleaner for one IP family.
 func NewCleaner(family v1.IPFamily, m *Metrics) *Cleaner {
-	return &Cleaner{family: family, duration: m.Duration.WithLabelValues(string(family)), deleted: m.Deleted.WithLabelValues(string(family))}
+	return &Cleaner{family: family, duration: m.Duration.WithLabelValues(string(family)), deleted: m.Deleted.WithLabelValues(string(family)),
+		deleteFlows: func(family netlink.InetFamily, f netlink.CustomConntrackFilter) (uint, error) {
+			return netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, f)
+		}}
 }
 
 // Clean deletes the entries that are stale for snap. A partial listing (the kernel interrupts long dumps)
-// still cleans what it saw.
+// still cleans what it saw. Every call is a run of the reconciler that
+// kubeproxy_conntrack_reconciler_sync_duration_seconds observes, as upstream observes each of its runs:
+// without a UDP or SCTP Service nothing can be stale, and the table is not read.
 func (c *Cleaner) Clean(snap *proxy.Snapshot) error {
-	stale := NewStale(snap)
-	if stale.Empty() {
-		return nil
-	}
 	start := time.Now()
-	family := netlink.InetFamily(unix.AF_INET)
-	if c.family == v1.IPv6Protocol {
-		family = unix.AF_INET6
+	stale := NewStale(snap)
+	var n uint
+	var err error
+	if !stale.Empty() {
+		family := netlink.InetFamily(unix.AF_INET)
+		if c.family == v1.IPv6Protocol {
+			family = unix.AF_INET6
+		}
+		n, err = c.deleteFlows(family, netlinkFilter{stale})
 	}
-	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, netlinkFilter{stale})
 	c.duration.Observe(time.Since(start).Seconds())
 	c.deleted.Add(float64(n))
 	if n > 0 {

@@ -205,7 +205,8 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		d.needRebuild, d.diffAll = false, false
 	}
 	d.mu.Unlock()
-	if d.cleaner != nil && (rebuild || conntrack.Affected(changed)) {
+	// Like modes iptables and ipvs, every full sync reconciles the conntrack table too.
+	if d.cleaner != nil && (full || rebuild || conntrack.Affected(changed)) {
 		if err := d.cleaner.Clean(snap); err != nil {
 			klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", d.family)
 		}

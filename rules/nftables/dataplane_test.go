@@ -3,6 +3,8 @@ package nftables
 import (
 	"context"
 	"errors"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/conntrack"
 )
 
 // steps are successive snapshots exercising every kind of change a partial sync must get right.
@@ -311,5 +314,36 @@ func TestOldRulesGoUnderSteadyChurn(t *testing.T) {
 	// Deleted a second after the oldest: at most one rule per sync of that second stays behind.
 	if limit := int(staleAfter/(100*time.Millisecond)) + 2; most > limit {
 		t.Errorf("%s held up to %d rules, want at most %d", chain, most, limit)
+	}
+}
+
+// conntrackTable simulates the node's conntrack table for the dataplane: Clean deletes the flows that are
+// stale for the snapshot, as conntrack.Cleaner deletes them from the kernel's.
+type conntrackTable struct{ flows []conntrack.Flow }
+
+func (c *conntrackTable) Clean(snap *proxy.Snapshot) error {
+	c.flows = slices.DeleteFunc(c.flows, conntrack.NewStale(snap).IsStale)
+	return nil
+}
+
+// TestFullSyncReconcilesConntrack: a UDP flow still steered to an endpoint the Service no longer has (one
+// that slipped past an earlier cleanup) is deleted by the next full sync, as in modes iptables and ipvs,
+// even when nothing changed; a partial sync without UDP changes leaves the table alone.
+func TestFullSyncReconcilesConntrack(t *testing.T) {
+	d, _ := testDataplane(testConfig(v4, "10.244.0.0/16"))
+	table := &conntrackTable{}
+	d.cleaner = table
+	snap := snapshot(v4, node("10.0.0.1"), port("ns/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.1.2:5353")))
+	apply(t, d, snap, true)
+	live := conntrack.Flow{Protocol: 17, OrigDst: netip.MustParseAddrPort("10.96.0.53:53"), ReplySrc: netip.MustParseAddrPort("10.244.1.2:5353")}
+	stale := conntrack.Flow{Protocol: 17, OrigDst: netip.MustParseAddrPort("10.96.0.53:53"), ReplySrc: netip.MustParseAddrPort("10.244.9.9:5353")}
+	table.flows = []conntrack.Flow{live, stale}
+	apply(t, d, snap, false)
+	if len(table.flows) != 2 {
+		t.Errorf("a partial sync without UDP changes cleaned conntrack: %v", table.flows)
+	}
+	apply(t, d, snap, true)
+	if !slices.Equal(table.flows, []conntrack.Flow{live}) {
+		t.Errorf("after a full sync the table holds %v, want only %v", table.flows, live)
 	}
 }
