@@ -288,10 +288,13 @@ type Metrics struct {
 	removedExternally *prometheus.CounterVec
 
 	reg prometheus.Registerer
-	// engine holds the userspace proxy engine's metrics, registered when first asked for (the gate on).
-	engineOnce   sync.Once
-	engine       *engine.Metrics
-	engineBudget *engine.Budget // the families' engines share the process's descriptors
+	// The localhost NodePort proxies' metrics (the engine's and upstream's listener metrics), registered
+	// when first asked for (the gate on); the families' engines share the process's descriptors.
+	localhostOnce      sync.Once
+	engine             *engine.Metrics
+	engineBudget       *engine.Budget
+	localhostListeners *prometheus.GaugeVec
+	localhostFailures  *prometheus.CounterVec
 	// localhost exports the counters of rejected loopback NodePort packets (the gate on).
 	mu        sync.Mutex
 	localhost localhostCollector
@@ -325,17 +328,37 @@ type familyMetrics struct {
 	syncFailures, cleanupFailures, removedExternally prometheus.Counter
 }
 
-// engineMetrics returns the userspace proxy engine's metrics, registering them on first use.
-func (m *Metrics) engineMetrics() *engine.Metrics {
-	m.engineOnce.Do(func() {
+// localhostMetrics are what one family's localhost NodePort proxy reports to. As upstream's, the listener
+// metrics have a sample for the family once the proxy reported one (not from the start).
+type localhostMetrics struct {
+	engine    *engine.Metrics
+	budget    *engine.Budget
+	family    string
+	listeners *prometheus.GaugeVec   // kubeproxy_nftables_localhost_nodeport_listeners
+	failures  *prometheus.CounterVec // kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total
+}
+
+// localhostFor returns a family's localhost NodePort proxy metrics. The first call registers them: the
+// userspace proxy engine's and upstream's two listener metrics, which upstream registers in mode
+// nftables when the KubeProxyNFTablesLocalhostNodePorts gate is on.
+func (m *Metrics) localhostFor(f v1.IPFamily) localhostMetrics {
+	m.localhostOnce.Do(func() {
 		reg := m.reg
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
 		m.engine = engine.NewMetrics(reg)
 		m.engineBudget = engine.NewBudget(engine.DefaultDescriptors())
+		m.localhostListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "kubeproxy",
+			Name: "nftables_localhost_nodeport_listeners",
+			Help: "[ALPHA] Number of active localhost NodePort userspace proxy listeners."}, []string{"ip_family"})
+		m.localhostFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "kubeproxy",
+			Name: "nftables_localhost_nodeport_listener_creation_failures_total",
+			Help: "[ALPHA] Number of localhost NodePort userspace proxy listener creation failures."}, []string{"ip_family"})
+		reg.MustRegister(m.localhostListeners, m.localhostFailures)
 	})
-	return m.engine
+	return localhostMetrics{engine: m.engine, budget: m.engineBudget, family: string(f),
+		listeners: m.localhostListeners, failures: m.localhostFailures}
 }
 
 func (m *Metrics) forFamily(f v1.IPFamily) *familyMetrics {

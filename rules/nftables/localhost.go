@@ -22,17 +22,22 @@ const localhostPolicy = "localhost-nodeport"
 // externalTrafficPolicy Local, as upstream picks them.
 type localhostProxy struct {
 	e *engine.Engine
+	m localhostMetrics
+	// reported is set once the listener gauge was set: as upstream's, it has no value until the proxy
+	// first runs, and is 0 once the proxy stops.
+	reported bool
 }
 
-func newLocalhostProxy(family v1.IPFamily, m *engine.Metrics, b *engine.Budget) *localhostProxy {
+func newLocalhostProxy(family v1.IPFamily, m localhostMetrics) *localhostProxy {
 	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	if family == v1.IPv6Protocol {
 		addr = netip.IPv6Loopback()
 	}
-	return &localhostProxy{e: engine.New(family, addr, engine.Options{Budget: b}, m)}
+	return &localhostProxy{e: engine.New(family, addr, engine.Options{Budget: m.budget}, m.engine), m: m}
 }
 
-// sync opens, updates and closes the listeners for snap; with on false it closes them all.
+// sync opens, updates and closes the listeners for snap; with on false it closes them all. It reports
+// the listeners open and counts those that could not be opened (the port taken, the descriptors used up).
 func (p *localhostProxy) sync(snap *proxy.Snapshot, on bool) {
 	want := map[engine.Key]bool{}
 	if on {
@@ -53,7 +58,9 @@ func (p *localhostProxy) sync(snap *proxy.Snapshot, on bool) {
 			}
 			key := engine.Key{Name: sp.Name.String(), Protocol: v1.ProtocolTCP, Policy: localhostPolicy}
 			if _, err := p.e.EnsureAt(key, uint16(sp.NodePort), t); err != nil {
+				// Only opening a listener fails (an open one just takes the new endpoints).
 				klog.ErrorS(err, "Could not serve a NodePort on localhost", "service", key.Name, "nodePort", sp.NodePort, "ipFamily", snap.Family)
+				p.m.failures.WithLabelValues(p.m.family).Inc()
 				continue
 			}
 			want[key] = true
@@ -63,6 +70,10 @@ func (p *localhostProxy) sync(snap *proxy.Snapshot, on bool) {
 		if !want[k] {
 			p.e.Remove(k)
 		}
+	}
+	if on || p.reported {
+		p.m.listeners.WithLabelValues(p.m.family).Set(float64(len(want)))
+		p.reported = true
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 
 	"kube-proxy/proxy"
 	pt "kube-proxy/proxy/proxytest"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // TestLocalhostProxySwitchConverges turns the localhost proxy on and off again by a reload (nodePortAddresses
@@ -72,7 +71,7 @@ func TestLocalhostProxyServesTCPNodePorts(t *testing.T) {
 	free.Close()
 	ep := backend.Addr().(*net.TCPAddr).AddrPort().String()
 
-	p := newLocalhostProxy(v1.IPv4Protocol, engine.NewMetrics(prometheus.NewRegistry()), nil)
+	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(nil).localhostFor(v1.IPv4Protocol))
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "10.96.0.10", 80, pt.NodePort(nodePort), pt.Endpoints(ep))
 	dns := pt.Port("ns/dns", "", v1.ProtocolUDP, "10.96.0.53", 53, pt.NodePort(nodePort), pt.Endpoints("127.0.0.1:53"))
@@ -155,12 +154,84 @@ func TestLocalhostProxyIPv6(t *testing.T) {
 	}
 	nodePort := int32(free.Addr().(*net.TCPAddr).Port)
 	free.Close()
-	p := newLocalhostProxy(v1.IPv6Protocol, engine.NewMetrics(prometheus.NewRegistry()), nil)
+	p := newLocalhostProxy(v1.IPv6Protocol, NewMetrics(nil).localhostFor(v1.IPv6Protocol))
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "fd00:96::10", 80, pt.NodePort(nodePort),
 		pt.Endpoints(backend.Addr().(*net.TCPAddr).AddrPort().String()))
 	p.sync(pt.Snapshot(v1.IPv6Protocol, proxy.Node{Name: pt.NodeName}, web), true)
 	if got := answer(t, netip.AddrPortFrom(netip.IPv6Loopback(), uint16(nodePort)).String()); got != "six" {
 		t.Fatalf("[::1]:%d answered %q", nodePort, got)
+	}
+}
+
+// TestLocalhostProxyListenerMetrics: kubeproxy_nftables_localhost_nodeport_listeners counts the listeners
+// open (none reported before the proxy first runs, 0 once it is off) and
+// ..._listener_creation_failures_total the NodePorts that could not be served, here one whose port another
+// program holds on 127.0.0.1.
+func TestLocalhostProxyListenerMetrics(t *testing.T) {
+	freePort := func() (int32, net.Listener) {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int32(l.Addr().(*net.TCPAddr).Port), l
+	}
+	p1, l1 := freePort()
+	p2, l2 := freePort()
+	l1.Close()
+	l2.Close()
+	taken, holder := freePort() // stays open: the proxy cannot listen there
+	defer holder.Close()
+
+	reg := prometheus.NewPedanticRegistry()
+	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(reg).localhostFor(v1.IPv4Protocol))
+	defer p.e.Close()
+	values := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if !strings.HasPrefix(mf.GetName(), "kubeproxy_nftables_localhost_nodeport_") {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "ip_family" || m.GetLabel()[0].GetValue() != "IPv4" {
+					t.Errorf("%s labels %v, want ip_family=IPv4", mf.GetName(), m.GetLabel())
+				}
+				out[strings.TrimPrefix(mf.GetName(), "kubeproxy_nftables_localhost_nodeport_")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	if got := values(); len(got) != 0 {
+		t.Errorf("before the first sync: %v, want nothing", got)
+	}
+	svc := func(name string, np int32) *proxy.ServicePort {
+		return pt.Port("ns/"+name, "", v1.ProtocolTCP, "10.96.0.10", 80, pt.NodePort(np), pt.Endpoints("10.244.1.2:8080"))
+	}
+	for _, step := range []struct {
+		name string
+		svcs []*proxy.ServicePort
+		on   bool
+		want map[string]float64
+	}{
+		{"two NodePorts", []*proxy.ServicePort{svc("a", p1), svc("b", p2)}, true,
+			map[string]float64{"listeners": 2}},
+		{"a third one's port is taken", []*proxy.ServicePort{svc("a", p1), svc("b", p2), svc("c", taken)}, true,
+			map[string]float64{"listeners": 2, "listener_creation_failures_total": 1}},
+		{"the same again: still failing", []*proxy.ServicePort{svc("a", p1), svc("b", p2), svc("c", taken)}, true,
+			map[string]float64{"listeners": 2, "listener_creation_failures_total": 2}},
+		{"one gone", []*proxy.ServicePort{svc("a", p1)}, true,
+			map[string]float64{"listeners": 1, "listener_creation_failures_total": 2}},
+		{"proxy off", []*proxy.ServicePort{svc("a", p1)}, false,
+			map[string]float64{"listeners": 0, "listener_creation_failures_total": 2}},
+	} {
+		p.sync(pt.Snapshot(v1.IPv4Protocol, pt.Node("10.0.0.1"), step.svcs...), step.on)
+		if got := values(); !cmp.Equal(got, step.want) {
+			t.Errorf("%s: %v, want %v", step.name, got, step.want)
+		}
 	}
 }

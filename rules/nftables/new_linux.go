@@ -35,7 +35,7 @@ func New(cfg *config.KubeProxyConfiguration, family v1.IPFamily, c cleaner, m *M
 	d := newDataplane(ncfg, k, c, m)
 	if ncfg.LocalhostReject {
 		m.countLocalhostRejects(family, k)
-		d.localhost = newLocalhostProxy(family, m.engineMetrics(), m.engineBudget)
+		d.localhost = newLocalhostProxy(family, m.localhostFor(family))
 	}
 	return d, nil
 }
@@ -216,7 +216,8 @@ func (m *Metrics) countLocalhostRejects(family v1.IPFamily, k kernel) {
 	if m.localhost == nil {
 		c := &localhostCounters{kernels: map[v1.IPFamily]*netlinkKernel{},
 			desc: prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
-				"Number of packets rejected on localhost NodePorts", []string{"ip_family", "protocol"}, nil)}
+				"[ALPHA] Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running",
+				[]string{"ip_family", "protocol"}, nil)}
 		if m.reg != nil {
 			if err := m.reg.Register(c); err != nil {
 				klog.ErrorS(err, "Not exporting the localhost NodePort reject counters")
