@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -107,5 +108,36 @@ func TestUnitHardening(t *testing.T) {
 	}
 	if got, want := d["SystemCallFilter"], []string{"@system-service", "~@privileged @resources"}; strings.Join(got, " | ") != strings.Join(want, " | ") {
 		t.Errorf("SystemCallFilter= lines %q, want %q", got, want)
+	}
+}
+
+// TestUnitFileDescriptorStore: the store that hands mode userspace's listeners to the next process is on,
+// and what it may hold, passed to the next process at its start, leaves most of LimitNOFILE to the
+// daemon's connections.
+func TestUnitFileDescriptorStore(t *testing.T) {
+	d := directives(t)
+	get := func(key string) int {
+		t.Helper()
+		v := d[key]
+		if len(v) != 1 {
+			t.Fatalf("%s= set %d times, want once", key, len(v))
+		}
+		n, err := strconv.Atoi(v[0])
+		if err != nil {
+			t.Fatalf("%s=%s: %v", key, v[0], err)
+		}
+		return n
+	}
+	store, files := get("FileDescriptorStoreMax"), get("LimitNOFILE")
+	if store <= 0 {
+		t.Fatalf("FileDescriptorStoreMax=%d: mode userspace's listeners would not survive a restart", store)
+	}
+	if store > files/2 {
+		t.Errorf("FileDescriptorStoreMax=%d is more than half of LimitNOFILE=%d", store, files)
+	}
+	// FileDescriptorStorePreserve= exists from systemd 254 only; 252 warns about it, and the default
+	// (keep the store across restarts) is what the daemon needs on both.
+	if _, ok := d["FileDescriptorStorePreserve"]; ok {
+		t.Error("FileDescriptorStorePreserve= is unknown to systemd 252")
 	}
 }
