@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/metricstest"
 )
 
 // fakeTable simulates the kernel's conntrack table of one family: deleting with a filter removes the
@@ -107,19 +108,10 @@ func TestCleanerMetrics(t *testing.T) {
 				if err := c.Clean(tt.snap); err != nil {
 					t.Fatalf("run %d: %v", run, err)
 				}
-				mfs, err := reg.Gather()
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := map[string]float64{}
-				for _, mf := range mfs {
-					for _, m := range mf.GetMetric() {
-						got[mf.GetName()] = float64(m.GetHistogram().GetSampleCount()) + m.GetCounter().GetValue()
-					}
-				}
+				got := metricstest.Values(t, reg, "kubeproxy_conntrack_")
 				want := map[string]float64{
-					"kubeproxy_conntrack_reconciler_sync_duration_seconds": float64(run),
-					"kubeproxy_conntrack_reconciler_deleted_entries_total": tt.wantDel, // the second run finds nothing more
+					`kubeproxy_conntrack_reconciler_sync_duration_seconds{ip_family="IPv4"}`: float64(run),
+					`kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`: tt.wantDel, // the second run finds nothing more
 				}
 				for k, v := range want {
 					if g, ok := got[k]; !ok || g != v {

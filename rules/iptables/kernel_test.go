@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/metricstest"
 	"kube-proxy/rules/internal/netnstest"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/nfacct"
@@ -215,7 +216,7 @@ func TestLocalhostNodePortCountedKernel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := gathered(t, reg)
+			got := metricstest.Values(t, reg, "kubeproxy_iptables_")
 			want := map[string]float64{
 				"kubeproxy_iptables_localhost_nodeports_accepted_packets_total": conns,
 				"kubeproxy_iptables_ct_state_invalid_dropped_packets_total":     0,
@@ -227,22 +228,4 @@ func TestLocalhostNodePortCountedKernel(t *testing.T) {
 			}
 		})
 	}
-}
-
-// gathered returns the value of every unlabelled counter and gauge on reg.
-func gathered(t testing.TB, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 0 {
-				out[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"kube-proxy/proxy"
 	pt "kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/internal/metricstest"
 )
 
 // TestLocalhostProxySwitchConverges turns the localhost proxy on and off again by a reload (nodePortAddresses
@@ -188,21 +189,13 @@ func TestLocalhostProxyListenerMetrics(t *testing.T) {
 	defer p.e.Close()
 	values := func() map[string]float64 {
 		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string]float64{}
-		for _, mf := range mfs {
-			if !strings.HasPrefix(mf.GetName(), "kubeproxy_nftables_localhost_nodeport_") {
-				continue
+		for k, v := range metricstest.Values(t, reg, "kubeproxy_nftables_localhost_nodeport_") {
+			name, labels, _ := strings.Cut(strings.TrimPrefix(k, "kubeproxy_nftables_localhost_nodeport_"), "{")
+			if labels != `ip_family="IPv4"}` {
+				t.Errorf("%s: want the label ip_family=IPv4 only", k)
 			}
-			for _, m := range mf.GetMetric() {
-				if len(m.GetLabel()) != 1 || m.GetLabel()[0].GetName() != "ip_family" || m.GetLabel()[0].GetValue() != "IPv4" {
-					t.Errorf("%s labels %v, want ip_family=IPv4", mf.GetName(), m.GetLabel())
-				}
-				out[strings.TrimPrefix(mf.GetName(), "kubeproxy_nftables_localhost_nodeport_")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
+			out[name] = v
 		}
 		return out
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -29,6 +30,8 @@ type Options struct {
 	// listener takes one, a TCP connection or UDP flow two. Default: a budget of the engine's own, of what
 	// RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else (DefaultDescriptors).
 	Budget *Budget
+	// Sockets, when set, hands the listeners' sockets over to the daemon's next process (see Sockets).
+	Sockets Sockets
 }
 
 // Budget is a number of file descriptors that engines share. Its methods are safe for concurrent use.
@@ -114,6 +117,10 @@ type Engine struct {
 type listener interface {
 	port() uint16
 	setTarget(Target)
+	// stopTaking stops taking new connections (TCP) or datagrams (UDP); what is under way goes on.
+	stopTaking()
+	// inFlight is the number of connections or flows under way.
+	inFlight() int64
 	close()
 }
 
@@ -218,9 +225,16 @@ func compare(a, b string) int {
 	return 0
 }
 
-// Remove closes key's listener. Its established TCP connections keep running until they end; its UDP
-// flows end at once.
+// Remove closes key's listener and drops its socket from the store (Options.Sockets). Its established TCP
+// connections keep running until they end; its UDP flows end at once.
 func (e *Engine) Remove(key Key) {
+	if e.closeListener(key) {
+		e.forgetSocket(key)
+	}
+}
+
+// closeListener closes key's listener and reports whether there was one.
+func (e *Engine) closeListener(key Key) bool {
 	e.mu.Lock()
 	l, ok := e.listeners[key]
 	delete(e.listeners, key)
@@ -232,12 +246,13 @@ func (e *Engine) Remove(key Key) {
 		e.metrics.listeners.WithLabelValues(string(key.Protocol)).Dec()
 		klog.V(2).InfoS("Closed userspace proxy listener", "service", key.Name, "protocol", key.Protocol, "policy", key.Policy)
 	}
+	return ok
 }
 
-// Close closes every listener.
+// Close closes every listener. Their sockets stay in the store (Options.Sockets), for the next process.
 func (e *Engine) Close() {
 	for _, k := range e.Keys() {
-		e.Remove(k)
+		e.closeListener(k)
 	}
 	e.mu.Lock()
 	p := e.poller
@@ -245,6 +260,39 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	if p != nil {
 		p.close()
+	}
+}
+
+// Drain stops taking new connections and datagrams and waits until the connections and UDP flows under
+// way have ended, or ctx is done; it returns how many were still under way then. The engine's copies of
+// the listening sockets close (a UDP socket stays open for the replies of its flows): a socket kept in
+// the store (Options.Sockets) stays open there, and what arrives from now on waits in its queue for the
+// next process; without a store, new connections are refused from now on. Call it when the daemon stops.
+func (e *Engine) Drain(ctx context.Context) int64 {
+	e.mu.Lock()
+	ls := make([]listener, 0, len(e.listeners))
+	for _, l := range e.listeners {
+		ls = append(ls, l)
+	}
+	e.mu.Unlock()
+	for _, l := range ls {
+		l.stopTaking()
+	}
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int64
+		for _, l := range ls {
+			n += l.inFlight()
+		}
+		if n == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+		}
 	}
 }
 

@@ -37,11 +37,7 @@ type tcpConn struct {
 }
 
 func (e *Engine) listenTCP(key Key, t Target, port uint16) (*tcpListener, error) {
-	network := "tcp4"
-	if e.family == v1.IPv6Protocol {
-		network = "tcp6"
-	}
-	ln, err := net.ListenTCP(network, net.TCPAddrFromAddrPort(netip.AddrPortFrom(e.bind, port)))
+	ln, err := e.listenTCPSocket(key, port)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +62,14 @@ func (l *tcpListener) setTarget(t Target) {
 		}
 	}
 }
+
+// stopTaking closes this process's copy of the listening socket and waits for the accept loop to end.
+func (l *tcpListener) stopTaking() {
+	_ = l.ln.Close()
+	<-l.done
+}
+
+func (l *tcpListener) inFlight() int64 { return l.n.Load() }
 
 // close stops accepting; established connections are left to end on their own, as when an endpoint is
 // removed.

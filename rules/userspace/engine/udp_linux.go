@@ -28,7 +28,9 @@ type udpListener struct {
 	n    atomic.Int64
 
 	closed atomic.Bool
-	done   sync.WaitGroup
+	// draining is set once the listener stops reading (stopTaking); its flows still get their replies.
+	draining atomic.Bool
+	done     sync.WaitGroup
 
 	mu    sync.Mutex
 	flows map[netip.AddrPort]*udpFlow // by client address
@@ -68,15 +70,11 @@ func (e *Engine) listenUDP(key Key, t Target, port uint16) (listener, error) {
 		}
 		e.poller = p
 	}
-	network, v6 := "udp4", e.family == v1.IPv6Protocol
-	if v6 {
-		network = "udp6"
-	}
-	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(e.bind, port)))
+	conn, err := e.listenUDPSocket(key, port)
 	if err != nil {
 		return nil, err
 	}
-	l := &udpListener{e: e, p: e.poller, key: key, conn: conn, v6: v6, flows: map[netip.AddrPort]*udpFlow{}}
+	l := &udpListener{e: e, p: e.poller, key: key, conn: conn, v6: e.family == v1.IPv6Protocol, flows: map[netip.AddrPort]*udpFlow{}}
 	if err := l.setup(); err != nil {
 		_ = conn.Close()
 		return nil, err
@@ -126,6 +124,18 @@ func (l *udpListener) setTarget(t Target) {
 	l.mu.Unlock()
 }
 
+// stopTaking stops reading datagrams, which then wait in the socket's queue, and waits for the reader to
+// end. The socket stays open: the flows' replies leave through it.
+func (l *udpListener) stopTaking() {
+	if l.closed.Load() || l.draining.Swap(true) {
+		return
+	}
+	_ = l.conn.SetReadDeadline(time.Now())
+	l.done.Wait()
+}
+
+func (l *udpListener) inFlight() int64 { return l.n.Load() }
+
 func (l *udpListener) close() {
 	if l.closed.Swap(true) {
 		return
@@ -162,7 +172,7 @@ func (l *udpListener) readClients() {
 	for {
 		n, oobn, _, from, err := l.conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.closed.Load() {
+			if errors.Is(err, net.ErrClosed) || l.closed.Load() || l.draining.Load() {
 				return
 			}
 			klog.V(2).InfoS("Userspace proxy UDP read failed", "service", l.key.Name, "err", err)

@@ -15,7 +15,10 @@ import (
 )
 
 // udpBackend answers each datagram with its name, the sender's address and the datagram.
-func udpBackend(t *testing.T, name string) netip.AddrPort {
+func udpBackend(t *testing.T, name string) netip.AddrPort { return udpBackendAfter(t, name, 0) }
+
+// udpBackendAfter is udpBackend answering after delay.
+func udpBackendAfter(t *testing.T, name string, delay time.Duration) netip.AddrPort {
 	t.Helper()
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -29,7 +32,8 @@ func udpBackend(t *testing.T, name string) netip.AddrPort {
 			if err != nil {
 				return
 			}
-			_, _ = c.WriteToUDPAddrPort([]byte(name+" "+from.String()+" "+string(buf[:n])), from)
+			answer := []byte(name + " " + from.String() + " " + string(buf[:n]))
+			time.AfterFunc(delay, func() { _, _ = c.WriteToUDPAddrPort(answer, from) })
 		}
 	}()
 	return c.LocalAddr().(*net.UDPAddr).AddrPort()
