@@ -20,4 +20,10 @@
 // Endpoints replaced: new connections go only to the new set; established ones keep running until they end
 // (counted as draining). Limits on concurrent connections per listener and in total protect the node (its
 // file descriptors above all); a connection over a limit is reset at once, counted, and logged.
+//
+// Restarts: with a socket store (Options.Sockets: systemd's file descriptor store) each listener's socket
+// is kept there under a name made of its family and key (SocketName), and the daemon's next process takes
+// it up instead of opening another, so the listener keeps its port. At stop, Drain closes the engine's
+// copies (the stored sockets stay open, and what arrives meanwhile waits in their queues for the next
+// process) and lets the connections and flows under way finish.
 package engine
