@@ -233,6 +233,29 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 	if !l.e.admit(l.key, &l.n) {
 		return nil
 	}
+	// A second round only when a sync replaced the endpoints while the first one dialed.
+	for range 2 {
+		f, stale := l.openFlow(client, local, order, now)
+		if f != nil {
+			return f
+		}
+		if !stale {
+			break
+		}
+		if order = l.bal.order(client.Addr(), now); len(order) == 0 {
+			break
+		}
+	}
+	l.e.release(v1.ProtocolUDP, &l.n)
+	l.e.metrics.failed.WithLabelValues("UDP").Inc()
+	return nil
+}
+
+// openFlow dials the endpoints of order until a socket is open, and makes it client's flow. stale reports
+// that it stopped because order's endpoint is no longer one of the listener's: a sync replaced the
+// endpoints after order was taken, and its sweep of the flows (setTarget) has passed, so a flow to that
+// endpoint would outlive its removal for as long as the client keeps sending.
+func (l *udpListener) openFlow(client netip.AddrPort, local netip.Addr, order []netip.AddrPort, now time.Time) (f *udpFlow, stale bool) {
 	for i, ep := range order {
 		fd, err := dialUDP(ep)
 		if err != nil {
@@ -244,10 +267,10 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 		f = &udpFlow{l: l, client: client, local: local, ep: ep, fd: fd}
 		f.last.Store(now.UnixNano())
 		l.mu.Lock()
-		if l.closed.Load() {
+		if l.closed.Load() || !l.bal.has(ep) {
 			l.mu.Unlock()
 			_ = unix.Close(fd)
-			break
+			return nil, !l.closed.Load()
 		}
 		if err := l.p.add(f); err != nil {
 			l.mu.Unlock()
@@ -257,11 +280,9 @@ func (l *udpListener) flow(client netip.AddrPort, oob []byte) *udpFlow {
 		l.flows[client] = f
 		l.mu.Unlock()
 		l.bal.used(client.Addr(), ep, now)
-		return f
+		return f, false
 	}
-	l.e.release(v1.ProtocolUDP, &l.n)
-	l.e.metrics.failed.WithLabelValues("UDP").Inc()
-	return nil
+	return nil, false
 }
 
 // dialUDP returns a non-blocking UDP socket connected to ep.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -217,5 +218,41 @@ func TestUDPListenersShareOnePoller(t *testing.T) {
 	}
 	if d := goroutines() - beforeG; d > n+2 {
 		t.Errorf("%d UDP listeners took %d goroutines, want %d", n, d, n)
+	}
+}
+
+// TestUDPFlowOpenedAcrossASync: a flow opened while a sync replaces the endpoints (the reader took its
+// endpoint before the sync, registers the flow after the sync's sweep of the flows) is not kept: the
+// client would stay on the removed endpoint for as long as it keeps sending. The datagram goes to a
+// current endpoint instead.
+func TestUDPFlowOpenedAcrossASync(t *testing.T) {
+	a, b := udpBackend(t, "a"), udpBackend(t, "b")
+	e, m := newEngine(t, Options{UDPIdleTimeout: time.Hour})
+	ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{a}})
+	l := listenerOf(e, udpKey).(*udpListener)
+	client := netip.MustParseAddrPort("127.0.0.1:40053")
+	now := time.Now()
+	order := l.bal.order(client.Addr(), now)                     // the reader picks a...
+	ensure(t, e, udpKey, Target{Endpoints: []netip.AddrPort{b}}) // ...a sync replaces it...
+	f, stale := l.openFlow(client, loopback, order, now)         // ...and the reader opens the flow.
+	if f != nil {
+		t.Fatalf("openFlow with an endpoint the sync removed opened a flow to %s; want none", f.ep)
+	}
+	if !stale {
+		t.Fatal("openFlow with an endpoint the sync removed did not report it stale")
+	}
+	l.mu.Lock()
+	kept := l.flows[client]
+	l.mu.Unlock()
+	if kept != nil {
+		t.Fatalf("a flow to %s was kept", kept.ep)
+	}
+
+	// Through the reader's whole path: the datagram opens a flow to the current endpoint.
+	if f := l.flow(client, unix.PktInfo4(&unix.Inet4Pktinfo{Addr: loopback.As4()})); f == nil || f.ep != b {
+		t.Fatalf("flow after the sync = %v, want one to b (%s)", f, b)
+	}
+	if n := testutil.ToFloat64(m.failed.WithLabelValues("UDP")); n != 0 {
+		t.Errorf("failed flows = %v, want 0", n)
 	}
 }
