@@ -93,6 +93,8 @@ func main() {
 
 // run starts the daemon and blocks until it is told to stop.
 func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfiguration, logs *systemd.Logging) error {
+	// First, before any command runs: the listeners a previous process left in systemd's store.
+	sockets := systemd.OpenFDStore()
 	if err := systemd.SetOOMScoreAdj(cfg.OOMScoreAdj); err != nil {
 		klog.ErrorS(err, "Continuing with the inherited OOM score")
 	}
@@ -107,7 +109,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	registry := prometheus.NewRegistry()
-	dp, err := rules.New(ctx, cfg, nodeName, registry)
+	dp, err := rules.New(ctx, cfg, nodeName, registry, sockets)
 	if err != nil {
 		return fmt.Errorf("setting up the %s dataplane: %w", cfg.Mode, err)
 	}

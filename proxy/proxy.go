@@ -37,6 +37,16 @@ type Watcher interface {
 	Watch(ctx context.Context, interval time.Duration, sync func(full bool))
 }
 
+// Stopper is implemented by dataplanes that have work to finish when the daemon stops (mode userspace: the
+// connections its proxy engine carries). Stop is called once the sync loop has ended and must return by
+// ctx's deadline; it must leave the rules in place.
+type Stopper interface {
+	Stop(ctx context.Context)
+}
+
+// stopTimeout bounds the dataplanes' Stop (main gives the whole stop 1.5 s).
+var stopTimeout = time.Second
+
 // Options configure a Proxy.
 type Options struct {
 	// NodeName is this node's name.
@@ -243,6 +253,20 @@ func (p *Proxy) Loop(ctx context.Context) {
 		}
 	}
 	p.runner.Loop(ctx)
+	p.stopDataplanes()
+}
+
+// stopDataplanes calls Stop on the dataplanes that have it, the families at once, within stopTimeout.
+func (p *Proxy) stopDataplanes() {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, d := range p.opts.Dataplanes {
+		if s, ok := d.Dataplane.(Stopper); ok {
+			wg.Go(func() { s.Stop(ctx) })
+		}
+	}
+	wg.Wait()
 }
 
 // sync is the Runner's SyncFunc: snapshot → apply per family → report.

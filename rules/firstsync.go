@@ -50,7 +50,8 @@ func (fs *firstSync) synced(f v1.IPFamily) {
 	}
 }
 
-// syncNotifier is a dataplane that reports its first successful sync; it passes reloads and watches on.
+// syncNotifier is a dataplane that reports its first successful sync; it passes reloads, watches and
+// stops on.
 type syncNotifier struct {
 	proxy.Dataplane
 	family v1.IPFamily
@@ -70,6 +71,12 @@ func (s *syncNotifier) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 		return r.Reconfigure(cfg)
 	}
 	return nil
+}
+
+func (s *syncNotifier) Stop(ctx context.Context) {
+	if st, ok := s.Dataplane.(proxy.Stopper); ok {
+		st.Stop(ctx)
+	}
 }
 
 func (s *syncNotifier) Watch(ctx context.Context, interval time.Duration, sync func(full bool)) {

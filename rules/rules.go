@@ -15,6 +15,7 @@ import (
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
+	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 
@@ -24,7 +25,11 @@ import (
 // nftables tables and mode userspace's capture chains, mode userspace the other three modes' rules.
 // Upstream removes them before its first sync; waiting for ours means Services keep working through a
 // switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
-func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+//
+// sockets (nil: none) is the service manager's store of listening sockets: mode userspace's proxy engines
+// take up the listeners an earlier process stored there and store the ones they open; after the first
+// sync of every family, in any mode, what no one took is released.
+func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) ([]proxy.FamilyDataplane, error) {
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}
@@ -44,7 +49,11 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), cleanupUserspace(ctx)) }
 		what = "iptables, IPVS and userspace modes' rules"
 	case config.ModeUserspace:
-		dps, err = newUserspace(ctx, cfg, nodeName, reg)
+		var es engine.Sockets
+		if sockets != nil {
+			es = sockets
+		}
+		dps, err = newUserspace(ctx, cfg, nodeName, reg, es)
 		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx)) }
 		what = "iptables, IPVS and nftables modes' rules"
 	default:
@@ -53,7 +62,21 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 	if err != nil {
 		return nil, err
 	}
+	if sockets != nil {
+		clean := others
+		others = func(ctx context.Context) error {
+			sockets.ReleaseUnclaimed()
+			return clean(ctx)
+		}
+	}
 	return afterFirstSync(ctx, dps, what, others), nil
+}
+
+// Sockets is the service manager's store of listening sockets (systemd.FDStore).
+type Sockets interface {
+	engine.Sockets
+	// ReleaseUnclaimed drops from the store, and closes, what an earlier process stored and no one took.
+	ReleaseUnclaimed() []string
 }
 
 // Cleanup removes every chain, rule, IPVS service, ipset, dummy link and nftables table this daemon or

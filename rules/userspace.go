@@ -18,9 +18,10 @@ import (
 )
 
 // newUserspace sets up mode userspace: the backend the node already uses for the capture rules, and per
-// family whose tools work a proxy engine and its dataplane. After the first sync of every family New's
-// wrapper removes the other modes' rules.
-func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+// family whose tools work a proxy engine and its dataplane, whose listeners are handed over to the next
+// process through sockets (nil: not). After the first sync of every family New's wrapper removes the
+// other modes' rules.
+func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	_ = nodeName
 	backend, why, err := xtables.Detect(ctx)
 	if err != nil {
@@ -31,6 +32,8 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 	opts := userspace.EngineOptions(cfg)
 	// One descriptor budget for both families' engines: they share the process's limit.
 	opts.Budget = engine.NewBudget(engine.DefaultDescriptors())
+	// Listeners survive restarts through the service manager's store, when there is one.
+	opts.Sockets = sockets
 	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
 		ucfg, err := userspace.ConfigFrom(cfg, family)
 		if err != nil {

@@ -50,6 +50,7 @@ type Dataplane struct {
 
 var (
 	_ proxy.Dataplane = (*Dataplane)(nil)
+	_ proxy.Stopper   = (*Dataplane)(nil)
 )
 
 // NewDataplane returns the dataplane of cfg.Family, writing rules through k and proxying with e. c may be
@@ -145,6 +146,15 @@ func (d *Dataplane) cleanFlows(snap *proxy.Snapshot, ports map[engine.Key]uint16
 	if err := d.cleaner.Clean(Destinations(snap, ports)); err != nil {
 		klog.ErrorS(err, "Could not delete stale UDP conntrack entries of the userspace proxy", "ipFamily", d.family)
 	}
+}
+
+// Stop drains the proxy engine when the daemon stops: no new connections or datagrams are taken (a
+// listener whose socket is in the service manager's store keeps them queued for the next process), and
+// those under way may finish until ctx is done. The rules stay in place.
+func (d *Dataplane) Stop(ctx context.Context) {
+	start := time.Now()
+	left := d.engine.Drain(ctx)
+	klog.InfoS("Userspace proxy drained", "ipFamily", d.family, "elapsed", time.Since(start), "cutShort", left)
 }
 
 func (d *Dataplane) ensureJumps() error {
