@@ -15,7 +15,7 @@ func newNFTables(cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) 
 	if err := nftables.Usable(); err != nil {
 		return nil, err
 	}
-	metrics := nftables.NewMetrics(reg)
+	metrics := nftables.NewMetrics(reg, nftables.LocalhostNodePortsGate(cfg))
 	ctMetrics := conntrack.NewMetrics(reg)
 	var out []proxy.FamilyDataplane
 	for i, family := range proxy.Families(cfg) {

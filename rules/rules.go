@@ -29,7 +29,11 @@ import (
 // sockets (nil: none) is the service manager's store of listening sockets: mode userspace's proxy engines
 // take up the listeners an earlier process stored there and store the ones they open; after the first
 // sync of every family, in any mode, what no one took is released.
+//
+// On reg go the mode's metrics, as upstream registers them per mode, and kubernetes_feature_enabled, which
+// upstream's feature gate registers in every mode.
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) ([]proxy.FamilyDataplane, error) {
+	proxy.RegisterFeatureGates(reg, cfg)
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}

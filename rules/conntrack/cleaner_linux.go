@@ -36,10 +36,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: "kubeproxy",
-			Name: "conntrack_reconciler_sync_duration_seconds", Help: "ReconcileConntrackFlowsLatency latency in seconds",
+			Name: "conntrack_reconciler_sync_duration_seconds", Help: "[ALPHA] ReconcileConntrackFlowsLatency latency in seconds",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"ip_family"}),
 		Deleted: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "kubeproxy",
-			Name: "conntrack_reconciler_deleted_entries_total", Help: "Cumulative conntrack flows deleted by conntrack reconciler"},
+			Name: "conntrack_reconciler_deleted_entries_total", Help: "[ALPHA] Cumulative conntrack flows deleted by conntrack reconciler"},
 			[]string{"ip_family"}),
 	}
 	reg.MustRegister(m.Duration, m.Deleted)

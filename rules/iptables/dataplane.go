@@ -393,13 +393,13 @@ func NewMetrics(reg prometheus.Registerer, acct Accounting) *Metrics {
 	const sub = "kubeproxy"
 	m := &Metrics{
 		restoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_iptables_restore_failures_total", Help: "Cumulative proxy iptables restore failures"}, []string{"ip_family"}),
+			Name: "sync_proxy_rules_iptables_restore_failures_total", Help: "[ALPHA] Cumulative proxy iptables restore failures"}, []string{"ip_family"}),
 		partialRestoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_iptables_partial_restore_failures_total", Help: "Cumulative proxy iptables partial restore failures"}, []string{"ip_family"}),
+			Name: "sync_proxy_rules_iptables_partial_restore_failures_total", Help: "[ALPHA] Cumulative proxy iptables partial restore failures"}, []string{"ip_family"}),
 		rulesTotal: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_iptables_total", Help: "Total number of iptables rules owned by kube-proxy"}, []string{"table", "ip_family"}),
+			Name: "sync_proxy_rules_iptables_total", Help: "[ALPHA] Total number of iptables rules owned by kube-proxy"}, []string{"table", "ip_family"}),
 		rulesLast: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_iptables_last", Help: "Number of iptables rules written by kube-proxy in last sync"}, []string{"table", "ip_family"}),
+			Name: "sync_proxy_rules_iptables_last", Help: "[ALPHA] Number of iptables rules written by kube-proxy in last sync"}, []string{"table", "ip_family"}),
 		rulesRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
 			Name: "iptables_rules_removed_externally_total", Help: "Times our canary chains or jump rules were found removed by someone else (a full sync restored them)"}, []string{"ip_family"}),
 		backend: prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,

@@ -48,7 +48,7 @@ type Metrics struct {
 // IPVS, under upstream's name.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{restoreFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "kubeproxy",
-		Name: "sync_proxy_rules_iptables_restore_failures_total", Help: "Cumulative proxy iptables restore failures"},
+		Name: "sync_proxy_rules_iptables_restore_failures_total", Help: "[ALPHA] Cumulative proxy iptables restore failures"},
 		[]string{"ip_family"})}
 	reg.MustRegister(m.restoreFailures)
 	return m

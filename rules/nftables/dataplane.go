@@ -84,13 +84,19 @@ func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	}
 }
 
+// LocalhostNodePortsGate reports whether c turns on the KubeProxyNFTablesLocalhostNodePorts feature gate:
+// NodePorts on loopback addresses are then rejected and counted, or served by the localhost proxy.
+func LocalhostNodePortsGate(c *config.KubeProxyConfiguration) bool {
+	return c.FeatureEnabled("KubeProxyNFTablesLocalhostNodePorts")
+}
+
 // ConfigFrom derives the table's configuration of one family from the (validated) configuration file.
 func ConfigFrom(c *config.KubeProxyConfiguration, family v1.IPFamily) (Config, error) {
 	s, err := proxy.SettingsFor(c, family)
 	if err != nil {
 		return Config{}, err
 	}
-	gate := c.FeatureEnabled("KubeProxyNFTablesLocalhostNodePorts")
+	gate := LocalhostNodePortsGate(c)
 	return Config{Settings: s, LocalhostReject: gate, LocalhostProxy: gate && hasLoopback(s.NodePortAddresses)}, nil
 }
 
@@ -287,17 +293,14 @@ type Metrics struct {
 	cleanupFailures   *prometheus.CounterVec
 	removedExternally *prometheus.CounterVec
 
-	reg prometheus.Registerer
-	// The localhost NodePort proxies' metrics (the engine's and upstream's listener metrics), registered
-	// when first asked for (the gate on); the families' engines share the process's descriptors.
-	localhostOnce      sync.Once
+	// With the KubeProxyNFTablesLocalhostNodePorts gate on: the localhost NodePort proxies' metrics (the
+	// engine's and upstream's listener metrics; the families' engines share the process's descriptors)
+	// and the collector of the rejected loopback NodePort packets.
 	engine             *engine.Metrics
 	engineBudget       *engine.Budget
 	localhostListeners *prometheus.GaugeVec
 	localhostFailures  *prometheus.CounterVec
-	// localhost exports the counters of rejected loopback NodePort packets (the gate on).
-	mu        sync.Mutex
-	localhost localhostCollector
+	localhost          localhostCollector
 }
 
 // localhostCollector reads the loopback NodePort reject counters of each family's table at a scrape.
@@ -306,21 +309,35 @@ type localhostCollector interface {
 	add(family v1.IPFamily, k kernel)
 }
 
-// NewMetrics registers the nftables metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics registers the nftables metrics on reg (nil: none). With localhost (the
+// KubeProxyNFTablesLocalhostNodePorts gate) it registers the localhost NodePort metrics too, upstream's
+// three and the userspace proxy engine's, as upstream registers its own in mode nftables when the gate is on.
+func NewMetrics(reg prometheus.Registerer, localhost bool) *Metrics {
 	const sub = "kubeproxy"
 	m := &Metrics{
 		syncFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_nftables_sync_failures_total", Help: "Cumulative proxy nftables sync failures"}, []string{"ip_family"}),
+			Name: "sync_proxy_rules_nftables_sync_failures_total", Help: "[ALPHA] Cumulative proxy nftables sync failures"}, []string{"ip_family"}),
 		cleanupFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
-			Name: "sync_proxy_rules_nftables_cleanup_failures_total", Help: "Cumulative proxy nftables cleanup failures"}, []string{"ip_family"}),
+			Name: "sync_proxy_rules_nftables_cleanup_failures_total", Help: "[ALPHA] Cumulative proxy nftables cleanup failures"}, []string{"ip_family"}),
 		removedExternally: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
 			Name: "nftables_changed_externally_total", Help: "Times the kube-proxy table was found changed by someone else (a rewrite restored it)"}, []string{"ip_family"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.syncFailures, m.cleanupFailures, m.removedExternally)
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
-	m.reg = reg
+	reg.MustRegister(m.syncFailures, m.cleanupFailures, m.removedExternally)
+	if localhost {
+		m.engine = engine.NewMetrics(reg)
+		m.engineBudget = engine.NewBudget(engine.DefaultDescriptors())
+		m.localhostListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
+			Name: "nftables_localhost_nodeport_listeners",
+			Help: "[ALPHA] Number of active localhost NodePort userspace proxy listeners."}, []string{"ip_family"})
+		m.localhostFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub,
+			Name: "nftables_localhost_nodeport_listener_creation_failures_total",
+			Help: "[ALPHA] Number of localhost NodePort userspace proxy listener creation failures."}, []string{"ip_family"})
+		m.localhost = newLocalhostCollector()
+		reg.MustRegister(m.localhostListeners, m.localhostFailures, m.localhost)
+	}
 	return m
 }
 
@@ -338,25 +355,8 @@ type localhostMetrics struct {
 	failures  *prometheus.CounterVec // kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total
 }
 
-// localhostFor returns a family's localhost NodePort proxy metrics. The first call registers them: the
-// userspace proxy engine's and upstream's two listener metrics, which upstream registers in mode
-// nftables when the KubeProxyNFTablesLocalhostNodePorts gate is on.
+// localhostFor returns a family's localhost NodePort proxy metrics (NewMetrics with localhost).
 func (m *Metrics) localhostFor(f v1.IPFamily) localhostMetrics {
-	m.localhostOnce.Do(func() {
-		reg := m.reg
-		if reg == nil {
-			reg = prometheus.NewRegistry()
-		}
-		m.engine = engine.NewMetrics(reg)
-		m.engineBudget = engine.NewBudget(engine.DefaultDescriptors())
-		m.localhostListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: "kubeproxy",
-			Name: "nftables_localhost_nodeport_listeners",
-			Help: "[ALPHA] Number of active localhost NodePort userspace proxy listeners."}, []string{"ip_family"})
-		m.localhostFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: "kubeproxy",
-			Name: "nftables_localhost_nodeport_listener_creation_failures_total",
-			Help: "[ALPHA] Number of localhost NodePort userspace proxy listener creation failures."}, []string{"ip_family"})
-		reg.MustRegister(m.localhostListeners, m.localhostFailures)
-	})
 	return localhostMetrics{engine: m.engine, budget: m.engineBudget, family: string(f),
 		listeners: m.localhostListeners, failures: m.localhostFailures}
 }

@@ -21,7 +21,7 @@ func Desired(cfg Config, snap *proxy.Snapshot, localAddrs []netip.Addr) (string,
 		kf = knftables.IPv6Family
 	}
 	fake := knftables.NewFake(kf, TableName)
-	d := newDataplane(cfg, &knftKernel{nft: fake, fam: familyOf(cfg.Family)}, nil, NewMetrics(nil))
+	d := newDataplane(cfg, &knftKernel{nft: fake, fam: familyOf(cfg.Family)}, nil, NewMetrics(nil, false))
 	d.localAddrs = nodeAddrsIn(localAddrs)
 	if err := d.Apply(context.Background(), snap, true); err != nil {
 		return "", fmt.Errorf("rendering the %s table: %w", cfg.Family, err)

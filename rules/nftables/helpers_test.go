@@ -94,7 +94,7 @@ func (k *fakeKernel) Run(ctx context.Context, t *tx) error {
 // advances a minute per call.
 func testDataplane(cfg Config, addrs ...string) (*Dataplane, *fakeKernel) {
 	k := newFakeKernel(cfg.Family)
-	d := newDataplane(cfg, k, nil, NewMetrics(nil))
+	d := newDataplane(cfg, k, nil, NewMetrics(nil, false))
 	var local []netip.Addr
 	for _, a := range addrs {
 		local = append(local, netip.MustParseAddr(a))

@@ -178,7 +178,7 @@ func TestNetlinkReadsBack(t *testing.T) {
 		t.Fatalf("Read of a missing table = %v, %v; want nil, nil", ks, err)
 	}
 	cfg := testConfig(v4, "10.244.0.0/16")
-	d := newDataplane(cfg, k, nil, NewMetrics(nil))
+	d := newDataplane(cfg, k, nil, NewMetrics(nil, false))
 	snap := richSnapshot(v4)
 	apply(t, d, snap, true)
 	ks, err = k.Read(context.Background())
@@ -218,7 +218,7 @@ func TestNetlinkPartialSyncs(t *testing.T) {
 func netlinkPartialSyncs(t *testing.T, st []*proxy.Snapshot) {
 	ns := netnstest.New(t)
 	cfg := testConfig(v4, "10.244.0.0/16")
-	d := newDataplane(cfg, netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil))
+	d := newDataplane(cfg, netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
 	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
@@ -266,7 +266,7 @@ func sortedBlocks(listing string) string {
 // runs the shared cases over what `nft list table` shows: the tracer reads the kernel's state.
 func TestTraceCasesKernel(t *testing.T) {
 	ns := netnstest.New(t)
-	d := newDataplane(caseConfig(), netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil))
+	d := newDataplane(caseConfig(), netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
 	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
 	apply(t, d, tracecases.Snapshot(), true)
 	listing, err := ns.Exec(nil, "nft", "list", "table", "ip", TableName)
@@ -286,7 +286,7 @@ func TestTraceCasesKernel(t *testing.T) {
 func TestWatchAndCheckRepair(t *testing.T) {
 	ns := netnstest.New(t)
 	k := netlinkKernelIn(t, v4, ns)
-	d := newDataplane(caseConfig(), k, nil, NewMetrics(nil))
+	d := newDataplane(caseConfig(), k, nil, NewMetrics(nil, false))
 	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }

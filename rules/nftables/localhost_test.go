@@ -72,7 +72,7 @@ func TestLocalhostProxyServesTCPNodePorts(t *testing.T) {
 	free.Close()
 	ep := backend.Addr().(*net.TCPAddr).AddrPort().String()
 
-	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(nil).localhostFor(v1.IPv4Protocol))
+	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(nil, true).localhostFor(v1.IPv4Protocol))
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "10.96.0.10", 80, pt.NodePort(nodePort), pt.Endpoints(ep))
 	dns := pt.Port("ns/dns", "", v1.ProtocolUDP, "10.96.0.53", 53, pt.NodePort(nodePort), pt.Endpoints("127.0.0.1:53"))
@@ -155,7 +155,7 @@ func TestLocalhostProxyIPv6(t *testing.T) {
 	}
 	nodePort := int32(free.Addr().(*net.TCPAddr).Port)
 	free.Close()
-	p := newLocalhostProxy(v1.IPv6Protocol, NewMetrics(nil).localhostFor(v1.IPv6Protocol))
+	p := newLocalhostProxy(v1.IPv6Protocol, NewMetrics(nil, true).localhostFor(v1.IPv6Protocol))
 	defer p.e.Close()
 	web := pt.Port("ns/web", "", v1.ProtocolTCP, "fd00:96::10", 80, pt.NodePort(nodePort),
 		pt.Endpoints(backend.Addr().(*net.TCPAddr).AddrPort().String()))
@@ -185,7 +185,7 @@ func TestLocalhostProxyListenerMetrics(t *testing.T) {
 	defer holder.Close()
 
 	reg := prometheus.NewPedanticRegistry()
-	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(reg).localhostFor(v1.IPv4Protocol))
+	p := newLocalhostProxy(v1.IPv4Protocol, NewMetrics(reg, true).localhostFor(v1.IPv4Protocol))
 	defer p.e.Close()
 	values := func() map[string]float64 {
 		t.Helper()

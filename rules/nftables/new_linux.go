@@ -34,7 +34,10 @@ func New(cfg *config.KubeProxyConfiguration, family v1.IPFamily, c cleaner, m *M
 	}
 	d := newDataplane(ncfg, k, c, m)
 	if ncfg.LocalhostReject {
-		m.countLocalhostRejects(family, k)
+		if m.localhost == nil {
+			return nil, fmt.Errorf("the %s localhost NodePort metrics were not registered (NewMetrics without localhost)", family)
+		}
+		m.localhost.add(family, k)
 		d.localhost = newLocalhostProxy(family, m.localhostFor(family))
 	}
 	return d, nil
@@ -208,25 +211,14 @@ func isNotFound(err error) bool {
 	return errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file") || strings.Contains(err.Error(), "expected table count")
 }
 
-// countLocalhostRejects exports the counters of rejected loopback NodePort packets of a family's table,
-// read from the kernel at each scrape, as upstream's kubeproxy_nftables_localhost_nodeport_rejected_packets_total.
-func (m *Metrics) countLocalhostRejects(family v1.IPFamily, k kernel) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.localhost == nil {
-		c := &localhostCounters{kernels: map[v1.IPFamily]*netlinkKernel{},
-			desc: prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
-				"[ALPHA] Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running",
-				[]string{"ip_family", "protocol"}, nil)}
-		if m.reg != nil {
-			if err := m.reg.Register(c); err != nil {
-				klog.ErrorS(err, "Not exporting the localhost NodePort reject counters")
-				return
-			}
-		}
-		m.localhost = c
-	}
-	m.localhost.add(family, k)
+// newLocalhostCollector returns the collector of the rejected loopback NodePort packets,
+// upstream's kubeproxy_nftables_localhost_nodeport_rejected_packets_total: the counters of each family's
+// table (added as the dataplanes are made), read from the kernel at each scrape.
+func newLocalhostCollector() localhostCollector {
+	return &localhostCounters{kernels: map[v1.IPFamily]*netlinkKernel{},
+		desc: prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+			"[ALPHA] Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running",
+			[]string{"ip_family", "protocol"}, nil)}
 }
 
 // localhostCounters is the collector of the loopback NodePort reject counters.
