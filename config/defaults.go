@@ -146,9 +146,13 @@ func SetDefaults(c *KubeProxyConfiguration) {
 	defaultDuration(&c.ConfigSyncPeriod, DefaultConfigSyncPeriod)
 }
 
-// applyPlatformDefaults sets what upstream decides once the file and the flags are read: in mode nftables
-// an empty nodePortAddresses means the node's primary IPs ("primary"), not every local address.
+// applyPlatformDefaults sets what upstream decides once the file and the flags are read: an empty mode
+// (--proxy-mode="") is iptables, and in mode nftables an empty nodePortAddresses means the node's primary
+// IPs ("primary"), not every local address.
 func (c *KubeProxyConfiguration) applyPlatformDefaults() {
+	if c.Mode == "" {
+		c.Mode = ModeIPTables
+	}
 	if c.Mode == ModeNFTables && len(c.NodePortAddresses) == 0 {
 		c.NodePortAddresses = []string{NodePortAddressesPrimary}
 	}

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +32,8 @@ type Options struct {
 
 	flags    *KubeProxyConfiguration // targets of the config-field flags
 	hostname string                  // --hostname-override
+	// ports holds the deprecated --healthz-port and --metrics-port, by flag name.
+	ports map[string]*int32
 }
 
 // NewOptions returns Options whose config-field flags show upstream's defaults.
@@ -99,9 +103,11 @@ type fieldFlag struct {
 //	--config-sync-period                 configSyncPeriod
 //
 // Flags that are not configuration fields: --config, --write-config-to,
-// --cleanup, --init-only, --version, --master, --help. Upstream flags that are
-// not supported (--healthz-port, --metrics-port, --windows-service) are
-// registered, hidden, and fail with a message saying what to use instead.
+// --cleanup, --init-only, --version, --master, --help. The deprecated
+// --healthz-port and --metrics-port (see portFlags) set the port of
+// healthzBindAddress and metricsBindAddress as upstream does. --windows-service,
+// upstream's Windows-only flag, is registered, hidden, and fails with a message
+// saying what to use instead.
 var fieldFlags = []fieldFlag{
 	{"feature-gates", "featureGates"},
 	{"kubeconfig", "clientConnection.kubeconfig"},
@@ -156,9 +162,32 @@ var fieldFlags = []fieldFlag{
 // unsupportedFlags are upstream flags this kube-proxy rejects, with what to
 // do instead.
 var unsupportedFlags = []struct{ flag, instead string }{
-	{"healthz-port", "use --healthz-bind-address=IP:PORT (or healthzBindAddress in the config file; an empty address disables the server)"},
-	{"metrics-port", "use --metrics-bind-address=IP:PORT (or metricsBindAddress in the config file; an empty address disables the server)"},
 	{"windows-service", "it is a Windows-only flag and this kube-proxy runs on Linux only (use a systemd unit)"},
+}
+
+// portFlag is one of upstream's deprecated port flags and the address it
+// completes.
+type portFlag struct {
+	flag     string // the port flag
+	addrFlag string // the flag of the address it completes
+	field    string // the configuration field of that address
+	def      int32  // the port's default, upstream's
+	usage    string
+}
+
+// portFlags are upstream's deprecated --healthz-port and --metrics-port,
+// accepted as upstream accepts them: 0 empties the address (which turns the
+// health server off, and which validation refuses for the metrics server, as
+// upstream's does); any other port completes an address given as a bare IP by
+// --healthz-bind-address or --metrics-bind-address, and an address that names
+// its own port keeps it (upstream ignores the flag then; here a warning says
+// so). Upstream reads them only without --config; here, like every flag, they
+// apply with it too.
+var portFlags = []portFlag{
+	{"healthz-port", "healthz-bind-address", "healthzBindAddress", DefaultHealthzPort,
+		"The port of the health check server when --healthz-bind-address is a bare IP; 0 turns the server off."},
+	{"metrics-port", "metrics-bind-address", "metricsBindAddress", DefaultMetricsPort,
+		"The port of the metrics server when --metrics-bind-address is a bare IP (0 is refused, as upstream)."},
 }
 
 // AddFlags registers kube-proxy's flags on fs under upstream's names. It does
@@ -173,7 +202,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "The path to the configuration file (a KubeProxyConfiguration, apiVersion "+APIVersion+"). Flags given explicitly override its values.")
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "If set, write the effective configuration (defaults, file and flags) to this file and exit.")
-	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "If true, remove the iptables and IPVS rules kube-proxy created, then exit.")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "If true, remove the iptables, nftables and IPVS rules kube-proxy created (in any mode), then exit.")
 	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly, "If true, do the setup that needs full root privileges (sysctls), then exit; kube-proxy can then run with only CAP_NET_ADMIN.")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print version information and exit.")
 	fs.StringVar(&o.Master, "master", o.Master, "The address of the Kubernetes API server; overrides the server in the kubeconfig.")
@@ -200,7 +229,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.EnableProfiling, "profiling", f.EnableProfiling, "If true, serve /debug/pprof on the metrics server.")
 	fs.StringVar(&f.ShowHiddenMetricsForVersion, "show-hidden-metrics-for-version", f.ShowHiddenMetricsForVersion, "The previous minor version ("+previousMinor()+") to show the metrics hidden in it.")
 
-	fs.StringVar((*string)(&f.Mode), "proxy-mode", string(f.Mode), "Proxy mode: iptables (default) or ipvs.")
+	fs.StringVar((*string)(&f.Mode), "proxy-mode", string(f.Mode), "Proxy mode: "+modeList()+".")
 	fs.Int32Var(f.IPTables.MasqueradeBit, "iptables-masquerade-bit", *f.IPTables.MasqueradeBit, "The fwmark bit (0..31) marking packets to SNAT, in iptables and ipvs mode.")
 	fs.BoolVar(&f.IPTables.MasqueradeAll, "masquerade-all", f.IPTables.MasqueradeAll, "SNAT all traffic sent to Service cluster IPs (some CNI plugins need it).")
 	fs.BoolVar(f.IPTables.LocalhostNodePorts, "iptables-localhost-nodeports", *f.IPTables.LocalhostNodePorts, "If false, NodePorts do not answer on 127.0.0.0/8 (iptables mode, IPv4).")
@@ -231,6 +260,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.Conntrack.UDPStreamTimeout.Duration, "conntrack-udp-timeout-stream", f.Conntrack.UDPStreamTimeout.Duration, "Idle timeout of ASSURED UDP conntrack entries (0 leaves it).")
 	fs.DurationVar(&f.ConfigSyncPeriod.Duration, "config-sync-period", f.ConfigSyncPeriod.Duration, "How often the watch of this Node resyncs from the API server (Services and EndpointSlices need none). Must be greater than 0.")
 
+	o.ports = map[string]*int32{}
+	for _, p := range portFlags {
+		port := p.def
+		o.ports[p.flag] = &port
+		fs.Int32Var(&port, p.flag, port, p.usage)
+		_ = fs.MarkDeprecated(p.flag, "use --"+p.addrFlag+"=IP:PORT instead")
+	}
 	for _, u := range unsupportedFlags {
 		fs.Var(&rejectValue{flag: u.flag, instead: u.instead}, u.flag, "Not supported: "+u.instead)
 		// With a NoOptDefVal every use, with or without a value, reaches Set
@@ -241,7 +277,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Overrides returns the configuration fields (JSON paths) that flags given
-// explicitly on fs override, in the order of the table above.
+// explicitly on fs override, in the order of the table above, then those a
+// deprecated port flag changes.
 func (o *Options) Overrides(fs *pflag.FlagSet) []string {
 	var out []string
 	for _, ff := range fieldFlags {
@@ -253,7 +290,63 @@ func (o *Options) Overrides(fs *pflag.FlagSet) []string {
 		}
 		out = append(out, ff.field)
 	}
+	for _, p := range portFlags {
+		if _, applies := o.portAddress(fs, p); applies && !slices.Contains(out, p.field) {
+			out = append(out, p.field)
+		}
+	}
 	return out
+}
+
+// ModeDefaulted reports whether the mode of the configuration Complete builds
+// is the default, iptables, because neither --proxy-mode nor the file names
+// one (or they name ""): upstream kube-proxy then warns, in its log and with a
+// KubeProxyDefaultMode event, that the default becomes nftables in Kubernetes
+// 1.40. It reads the file again; a file Complete could not load gives false.
+func (o *Options) ModeDefaulted(fs *pflag.FlagSet) bool {
+	if changed(fs, "proxy-mode") {
+		return o.flags.Mode == ""
+	}
+	if o.ConfigFile == "" {
+		return true
+	}
+	data, err := os.ReadFile(o.ConfigFile)
+	if err != nil {
+		return false
+	}
+	root, err := yamlToJSONValue(data)
+	if err != nil {
+		return false
+	}
+	top, ok := root.(map[string]any)
+	if !ok {
+		return false
+	}
+	mode, _ := top["mode"].(string)
+	return mode == ""
+}
+
+// portAddress returns the address a deprecated port flag makes of its
+// server's address, as upstream does: none (the server is off) for port 0,
+// or the bare IP given by the address flag with the port appended. applies is
+// false when the flag is not given, or when the address has a port of its
+// own, which the port flag does not change.
+func (o *Options) portAddress(fs *pflag.FlagSet, p portFlag) (addr string, applies bool) {
+	if !changed(fs, p.flag) {
+		return "", false
+	}
+	port := *o.ports[p.flag]
+	if port == 0 {
+		return "", true
+	}
+	if !changed(fs, p.addrFlag) {
+		return "", false
+	}
+	raw := fieldByPath(reflect.ValueOf(o.flags).Elem(), p.field).String()
+	if _, _, err := net.SplitHostPort(raw); err == nil || parseIP(raw) == nil {
+		return "", false
+	}
+	return appendPortIfNeeded(raw, int(port)), true
 }
 
 func changed(fs *pflag.FlagSet, name string) bool {
@@ -292,7 +385,8 @@ func (o *Options) Complete(fs *pflag.FlagSet) (*KubeProxyConfiguration, []*Field
 		c = Default()
 	}
 
-	bySet, errs := o.applyFlags(fs, c)
+	bySet, errs, flagWarns := o.applyFlags(fs, c)
+	warns = append(warns, flagWarns...)
 	c.applyPlatformDefaults()
 	if len(errs) == 0 {
 		var more []*FieldError
@@ -326,8 +420,9 @@ func flagFor(bySet map[string]string, field string) string {
 }
 
 // applyFlags copies the explicitly given config-field flags into c and
-// returns which field each came from.
-func (o *Options) applyFlags(fs *pflag.FlagSet, c *KubeProxyConfiguration) (map[string]string, []*FieldError) {
+// returns which field each came from, the errors, and warnings about
+// deprecated flags that change nothing.
+func (o *Options) applyFlags(fs *pflag.FlagSet, c *KubeProxyConfiguration) (map[string]string, []*FieldError, []*FieldError) {
 	if o.flags == nil {
 		o.flags = Default()
 	}
@@ -398,7 +493,24 @@ func (o *Options) applyFlags(fs *pflag.FlagSet, c *KubeProxyConfiguration) (map[
 			}
 		}
 	}
-	return bySet, errs
+	var warns []*FieldError
+	for _, p := range portFlags {
+		if !changed(fs, p.flag) {
+			continue
+		}
+		dst := fieldByPath(reflect.ValueOf(c).Elem(), p.field)
+		addr, applies := o.portAddress(fs, p)
+		if !applies {
+			host, _, _ := net.SplitHostPort(dst.String())
+			warns = append(warns, &FieldError{Field: p.field, Msg: fmt.Sprintf(
+				"--%s=%d changes nothing, as upstream: the address %q has a port of its own; use --%s=%s",
+				p.flag, *o.ports[p.flag], dst.String(), p.addrFlag, net.JoinHostPort(host, strconv.Itoa(int(*o.ports[p.flag]))))})
+			continue
+		}
+		dst.SetString(addr)
+		bySet[p.field] = p.flag
+	}
+	return bySet, errs, warns
 }
 
 // nftablesFlags are the flags that, as upstream's, also set the nftables section in mode nftables.
@@ -481,6 +593,17 @@ func (g *gatesValue) Set(s string) error {
 }
 
 func (g *gatesValue) Type() string { return "mapStringBool" }
+
+// modeList names the modes --proxy-mode takes, the default first.
+func modeList() string {
+	names := []string{string(ModeIPTables) + " (the default)"}
+	for _, m := range supportedModes {
+		if m != ModeIPTables {
+			names = append(names, string(m))
+		}
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // rejectValue is the pflag.Value of an unsupported flag: any use fails.
 type rejectValue struct{ flag, instead string }

@@ -176,9 +176,13 @@ func TestFlagErrors(t *testing.T) {
 		want     []wantErr
 		wantFile bool // errors carry the config file name
 	}{
-		{name: "unsupported --healthz-port", args: []string{"--healthz-port=10256"}, parseErr: "--healthz-port is not supported by this kube-proxy: use --healthz-bind-address"},
-		{name: "unsupported flag without value", args: []string{"--metrics-port"}, parseErr: "use --metrics-bind-address"},
 		{name: "unsupported --windows-service", args: []string{"--windows-service"}, parseErr: "Windows-only"},
+		{name: "a deprecated port flag takes a number", args: []string{"--metrics-port=http"}, parseErr: "invalid argument"},
+		{name: "port 0 empties the metrics address, which upstream's validation refuses too", args: []string{"--metrics-port=0"},
+			want: []wantErr{{0, "metricsBindAddress", `"" must be ip:port (IPv6 as [ip]:port) (set by --metrics-port)`}}},
+		{name: "a port out of range from a deprecated flag names the flag",
+			args: []string{"--healthz-bind-address=127.0.0.1", "--healthz-port=70000"},
+			want: []wantErr{{0, "healthzBindAddress", "(set by --healthz-port)"}}},
 		{name: "bad feature gate syntax", args: []string{"--feature-gates=A=maybe"}, parseErr: "not true or false"},
 		{name: "bad bit from a flag names the flag", args: []string{"--iptables-masquerade-bit=40"},
 			want: []wantErr{{0, "iptables.masqueradeBit", "(set by --iptables-masquerade-bit)"}}},
@@ -248,6 +252,12 @@ func TestFlagTable(t *testing.T) {
 	known := map[string]bool{"config": true, "write-config-to": true, "cleanup": true, "init-only": true, "version": true, "master": true}
 	for _, u := range unsupportedFlags {
 		known[u.flag] = true
+	}
+	for _, p := range portFlags {
+		known[p.flag] = true
+		if fs.Lookup(p.addrFlag) == nil || !slices.ContainsFunc(fieldFlags, func(ff fieldFlag) bool { return ff.flag == p.addrFlag && ff.field == p.field }) {
+			t.Errorf("--%s completes --%s, which does not set %s", p.flag, p.addrFlag, p.field)
+		}
 	}
 	paths := map[string]bool{}
 	for _, p := range leafPaths() {
@@ -395,5 +405,149 @@ func TestNFTablesTakesIPTablesFlags(t *testing.T) {
 	}
 	if c, _, err = o.Complete(fs); err != nil || c.NFTables.MasqueradeAll {
 		t.Errorf("mode iptables: nftables.masqueradeAll = %v (err %v), want false", c.NFTables.MasqueradeAll, err)
+	}
+}
+
+// TestDeprecatedPortFlags: upstream's --healthz-port and --metrics-port are accepted as upstream accepts
+// them: 0 turns the server off, another port completes a bare IP from the address flag, and an address
+// with a port of its own keeps it (with a warning here, silently upstream). pflag prints the deprecation.
+func TestDeprecatedPortFlags(t *testing.T) {
+	tests := []struct {
+		name             string
+		file             string
+		args             []string
+		healthz, metrics string
+		warning          string // substring of the only warning; "" for none
+		overrides        []string
+	}{{
+		name: "port 0 turns the health server off", args: []string{"--healthz-port=0"},
+		healthz: "", metrics: "127.0.0.1:10249", overrides: []string{"healthzBindAddress"},
+	}, {
+		name: "a port completes a bare IPv4", args: []string{"--healthz-bind-address=127.0.0.2", "--healthz-port=12345"},
+		healthz: "127.0.0.2:12345", metrics: "127.0.0.1:10249", overrides: []string{"healthzBindAddress"},
+	}, {
+		name: "a port completes a bare IPv6", args: []string{"--metrics-port=9999", "--metrics-bind-address=::1"},
+		healthz: "0.0.0.0:10256", metrics: "[::1]:9999", overrides: []string{"metricsBindAddress"},
+	}, {
+		name: "alone, a port changes nothing, as upstream", args: []string{"--healthz-port=12345"},
+		healthz: "0.0.0.0:10256", metrics: "127.0.0.1:10249",
+		warning: `healthzBindAddress: --healthz-port=12345 changes nothing, as upstream: the address "0.0.0.0:10256" has a port of its own; use --healthz-bind-address=0.0.0.0:12345`,
+	}, {
+		name: "an address with a port keeps it", args: []string{"--metrics-bind-address=127.0.0.2:7777", "--metrics-port=12345"},
+		healthz: "0.0.0.0:10256", metrics: "127.0.0.2:7777", overrides: []string{"metricsBindAddress"},
+		warning: "use --metrics-bind-address=127.0.0.2:12345",
+	}, {
+		name: "with --config, the flag wins over the file as every flag does", file: header + "healthzBindAddress: 10.0.0.1:1000\n",
+		args: []string{"--healthz-port=0"}, healthz: "", metrics: "127.0.0.1:10249", overrides: []string{"healthzBindAddress"},
+	}, {
+		name: "a bare IP without the port flag gets the default port", args: []string{"--healthz-bind-address=127.0.0.2"},
+		healthz: "127.0.0.2:10256", metrics: "127.0.0.1:10249", overrides: []string{"healthzBindAddress"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, fs := newFlagSet(t)
+			out := new(strings.Builder)
+			fs.SetOutput(out)
+			args := tt.args
+			if tt.file != "" {
+				args = append([]string{"--config=" + writeFile(t, tt.file)}, args...)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			c, warns, err := o.Complete(fs)
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if c.HealthzBindAddress != tt.healthz || c.MetricsBindAddress != tt.metrics {
+				t.Errorf("addresses %q, %q; want %q, %q", c.HealthzBindAddress, c.MetricsBindAddress, tt.healthz, tt.metrics)
+			}
+			switch {
+			case tt.warning == "" && len(warns) > 0:
+				t.Errorf("unexpected warnings: %v", warns)
+			case tt.warning != "" && (len(warns) != 1 || !strings.Contains(warns[0].Error(), tt.warning)):
+				t.Errorf("warnings %v, want one containing %q", warns, tt.warning)
+			}
+			if diff := cmp.Diff(tt.overrides, o.Overrides(fs)); diff != "" {
+				t.Errorf("Overrides (-want +got):\n%s", diff)
+			}
+			for _, p := range portFlags {
+				used := slices.ContainsFunc(tt.args, func(a string) bool { return strings.HasPrefix(a, "--"+p.flag+"=") })
+				if got := strings.Contains(out.String(), "Flag --"+p.flag+" has been deprecated"); got != used {
+					t.Errorf("deprecation notice for --%s printed: %v, want %v (output %q)", p.flag, got, used, out.String())
+				}
+			}
+		})
+	}
+}
+
+// TestFlagHelp: the help of --proxy-mode names every mode, that of --cleanup every kind of rule it removes,
+// and the deprecated port flags stay out of the help, as upstream's.
+func TestFlagHelp(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	mode := fs.Lookup("proxy-mode").Usage
+	for _, m := range supportedModes {
+		if !strings.Contains(mode, string(m)) {
+			t.Errorf("--proxy-mode help %q does not name mode %s", mode, m)
+		}
+	}
+	if !strings.Contains(mode, "iptables (the default)") {
+		t.Errorf("--proxy-mode help %q does not say which mode is the default", mode)
+	}
+	cleanup := fs.Lookup("cleanup").Usage
+	for _, w := range []string{"iptables", "nftables", "IPVS"} {
+		if !strings.Contains(cleanup, w) {
+			t.Errorf("--cleanup help %q does not name %s", cleanup, w)
+		}
+	}
+	usage := fs.FlagUsages()
+	for _, p := range portFlags {
+		if strings.Contains(usage, "--"+p.flag) {
+			t.Errorf("deprecated --%s is listed in the help", p.flag)
+		}
+	}
+}
+
+// TestModeDefaulted: the mode counts as defaulted, as upstream's warning has it, when neither the file nor
+// --proxy-mode names one; the flag decides when it is given.
+func TestModeDefaulted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string // "" runs without --config
+		args []string
+		want bool
+	}{
+		{name: "no file, no flag", want: true},
+		{name: "the flag", args: []string{"--proxy-mode=iptables"}, want: false},
+		{name: "an empty flag", args: []string{"--proxy-mode="}, want: true},
+		{name: "a file without mode", file: header, want: true},
+		{name: "a file with an empty mode", file: header + "mode: \"\"\n", want: true},
+		{name: "a file naming iptables", file: header + "mode: iptables\n", want: false},
+		{name: "a file naming nftables", file: header + "mode: nftables\n", want: false},
+		{name: "an empty flag over a file's mode", file: header + "mode: ipvs\n", args: []string{"--proxy-mode="}, want: true},
+		{name: "the flag over a file without mode", file: header, args: []string{"--proxy-mode=ipvs"}, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, fs := newFlagSet(t)
+			args := tc.args
+			if tc.file != "" {
+				args = append([]string{"--config=" + writeFile(t, tc.file)}, args...)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			c, _, err := o.Complete(fs)
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if got := o.ModeDefaulted(fs); got != tc.want {
+				t.Errorf("ModeDefaulted = %v, want %v", got, tc.want)
+			}
+			if tc.want && c.Mode != ModeIPTables {
+				t.Errorf("a defaulted mode is %q, want iptables", c.Mode)
+			}
+		})
 	}
 }

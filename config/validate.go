@@ -13,6 +13,10 @@ import (
 // release before it.
 const UpstreamVersion = "1.37"
 
+// UpstreamRelease is the upstream Kubernetes release this kube-proxy stands in for: `--version` prints it on
+// its first line, as upstream does, and /statusz reports it as the binary version.
+const UpstreamRelease = "v1.37.2"
+
 // Modes this kube-proxy can run.
 var supportedModes = []ProxyMode{ModeIPTables, ModeIPVS, ModeNFTables, ModeUserspace}
 
