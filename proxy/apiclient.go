@@ -9,6 +9,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,8 +23,8 @@ import (
 )
 
 // API is the part of the Kubernetes API that kube-proxy uses: the daemon lists and watches Services,
-// EndpointSlices, its Node and the ServiceCIDRs; the operator commands also ask for the server's version
-// and what their user may do. An empty namespace means all namespaces.
+// EndpointSlices, its Node and the ServiceCIDRs, and creates Events about its node; the operator commands
+// also ask for the server's version and what their user may do. An empty namespace means all namespaces.
 //
 // NewClient's implementation is a REST client over a scheme of just these API groups, not client-go's
 // clientset: the clientset's package registers every API group Kubernetes has (apps, batch, resource,
@@ -44,6 +45,8 @@ type API interface {
 	// ReviewAccess asks the API server whether the client's user may do what a names (a
 	// SelfSubjectAccessReview).
 	ReviewAccess(ctx context.Context, a authv1.ResourceAttributes) (bool, error)
+	// CreateEvent creates an events.k8s.io/v1 Event in its namespace.
+	CreateEvent(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error)
 }
 
 // apiScheme knows the types of the groups API uses, and the list options every group shares.
@@ -58,13 +61,14 @@ func init() {
 	utilruntime.Must(discovery.AddToScheme(apiScheme))
 	utilruntime.Must(networkingv1.AddToScheme(apiScheme))
 	utilruntime.Must(authv1.AddToScheme(apiScheme))
+	utilruntime.Must(eventsv1.AddToScheme(apiScheme))
 	metav1.AddToGroupVersion(apiScheme, schema.GroupVersion{Version: "v1"})
 }
 
 // restAPI is API over one REST client per group, sharing one HTTP client and one rate limiter (as the
 // clientset does).
 type restAPI struct {
-	core, discovery, networking, authz *rest.RESTClient
+	core, discovery, networking, authz, events *rest.RESTClient
 }
 
 var _ API = (*restAPI)(nil)
@@ -102,6 +106,7 @@ func newRESTAPI(rc *rest.Config) (*restAPI, error) {
 		{&a.discovery, discovery.SchemeGroupVersion, "/apis"},
 		{&a.networking, networkingv1.SchemeGroupVersion, "/apis"},
 		{&a.authz, authv1.SchemeGroupVersion, "/apis"},
+		{&a.events, eventsv1.SchemeGroupVersion, "/apis"},
 	} {
 		if *g.into, err = group(g.gv, g.path); err != nil {
 			return nil, err
@@ -189,4 +194,10 @@ func (a *restAPI) ReviewAccess(ctx context.Context, attrs authv1.ResourceAttribu
 		return false, err
 	}
 	return out.Status.Allowed, nil
+}
+
+func (a *restAPI) CreateEvent(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	out := &eventsv1.Event{}
+	err := a.events.Post().UseProtobufAsDefault().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Into(out)
+	return out, err
 }

@@ -13,6 +13,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -110,6 +111,8 @@ func TestRESTAPI(t *testing.T) {
 		"GET /version": &versionReply{json: `{"major":"1","minor":"37","gitVersion":"v1.37.2"}`},
 		"POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews": &authv1.SelfSubjectAccessReview{
 			Status: authv1.SubjectAccessReviewStatus{Allowed: true}},
+		"POST /apis/events.k8s.io/v1/namespaces/default/events": &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: "node-a.1", Namespace: "default", ResourceVersion: "9"}},
 	}}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
@@ -158,12 +161,20 @@ func TestRESTAPI(t *testing.T) {
 	if err != nil || !allowed {
 		t.Errorf("ReviewAccess = %v, %v", allowed, err)
 	}
-	if len(f.bodies) != 1 {
+	ev, err := api.CreateEvent(ctx, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "node-a.1", Namespace: "default"},
+		Reason: "Starting", Regarding: v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: "node-a"}})
+	if err != nil || ev.ResourceVersion != "9" {
+		t.Errorf("CreateEvent = %+v, %v", ev, err)
+	}
+	if len(f.bodies) != 2 {
 		t.Fatalf("request bodies: %v", f.bodies)
 	}
 	if r, ok := f.bodies[0].(*authv1.SelfSubjectAccessReview); !ok || r.Spec.ResourceAttributes == nil ||
 		r.Spec.ResourceAttributes.Resource != "endpointslices" || r.Spec.ResourceAttributes.Verb != "watch" {
 		t.Errorf("access review sent: %#v", f.bodies[0])
+	}
+	if e, ok := f.bodies[1].(*eventsv1.Event); !ok || e.Reason != "Starting" || e.Regarding.Name != "node-a" {
+		t.Errorf("event sent: %#v", f.bodies[1])
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
+	"kube-proxy/proxy/events"
 )
 
 // Server is the running daemon without its process plumbing: the configuration in force, the Proxy, and the
@@ -29,8 +31,12 @@ type Server struct {
 	Proxy    *Proxy
 	// FlagOverrides are the config fields the command line sets (they win over the file on reloads too).
 	FlagOverrides []string
+	// ModeDefaulted says that neither the file nor the command line chose the mode (see
+	// config.Options.ModeDefaulted): Run then warns, as upstream, that the default changes in 1.40.
+	ModeDefaulted bool
 
 	client        API
+	events        *events.Recorder
 	serviceHealth []*ServiceHealth
 	// listenRetry is how long a server whose port is busy waits before it tries again.
 	listenRetry time.Duration
@@ -47,7 +53,9 @@ func NewServer(cfg *config.KubeProxyConfiguration, client API, nodeName string,
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	registerProcessMetrics(registry) // client-go's rest_client_* and kubernetes_build_info, as upstream
 	syncPeriod, minSyncPeriod := cfg.SyncPeriods()
-	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg, listenRetry: 5 * time.Second}
+	hostname, _ := os.Hostname() // the Events' reportingInstance, as upstream's
+	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg, listenRetry: 5 * time.Second,
+		events: events.NewRecorder(client, hostname)}
 	byFamily := map[v1.IPFamily]*ServiceHealth{}
 	s.Proxy = New(Options{
 		NodeName:      nodeName,
@@ -81,9 +89,18 @@ func (s *Server) Config() *config.KubeProxyConfiguration {
 }
 
 // Run serves /healthz, /livez and /metrics, watches the API and syncs until ctx is done. It returns early
-// only when a server cannot listen and bindAddressHardFail is set.
+// only when a server cannot listen and bindAddressHardFail is set. On the way it records upstream's Events
+// about the node: the warnings about the mode, Starting, and a server's failure to listen; those not yet
+// written when it returns get one last try, for up to a second.
 func (s *Server) Run(ctx context.Context) error {
 	cfg := s.Config()
+	s.events.Start()
+	defer s.events.Shutdown(time.Second)
+	node := events.NodeRef(s.NodeName)
+	for _, w := range events.StartWarnings(cfg.Mode, s.ModeDefaulted) {
+		klog.ErrorS(nil, w.Note)
+		s.events.Event(node, v1.EventTypeWarning, w.Reason, events.ActionStart, w.Note)
+	}
 	for _, sh := range s.serviceHealth {
 		go sh.Shutdown(ctx)
 	}
@@ -93,9 +110,10 @@ func (s *Server) Run(ctx context.Context) error {
 
 	synced := make(chan error, 1)
 	go func() { synced <- s.Proxy.WatchAPI(ctx, s.client, cfg.ConfigSyncPeriod.Duration) }()
+	s.events.Event(node, v1.EventTypeNormal, events.ReasonStarting, events.ActionStart, "")
 	select {
 	case err := <-serveErr:
-		return err
+		return s.serverFailed(node, err)
 	case err := <-synced:
 		if err != nil {
 			return err
@@ -107,10 +125,34 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() { s.Proxy.Loop(ctx); close(loopDone) }()
 	select {
 	case err := <-serveErr: // the caller cancels ctx, which ends the loop
-		return err
+		return s.serverFailed(node, err)
 	case <-loopDone:
 		return nil
 	}
+}
+
+// listenError is a server's failure to listen.
+type listenError struct {
+	server string // "healthz" or "metrics"
+	err    error
+}
+
+func (e *listenError) Error() string { return e.server + " server: " + e.err.Error() }
+func (e *listenError) Unwrap() error { return e.err }
+
+// failedServerReasons are the reasons of upstream's Events about a server that cannot listen.
+var failedServerReasons = map[string]string{
+	"healthz": events.ReasonFailedHealthServer,
+	"metrics": events.ReasonFailedMetricsServer,
+}
+
+// serverFailed records the Warning event of a server that could not listen and returns err.
+func (s *Server) serverFailed(node v1.ObjectReference, err error) error {
+	var le *listenError
+	if errors.As(err, &le) {
+		s.events.Event(node, v1.EventTypeWarning, failedServerReasons[le.server], events.ActionStart, err.Error())
+	}
+	return err
 }
 
 // serve listens on addr (host:port; an empty addr or port 0 disables the server) and serves h until ctx is
@@ -128,7 +170,7 @@ func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, h
 			if ln, err = net.Listen("tcp", addr); err == nil {
 				break
 			}
-			err = fmt.Errorf("%s server: %w", name, err)
+			err = &listenError{server: name, err: err}
 			if hardFail {
 				errs <- err
 				return

@@ -9,6 +9,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
@@ -69,6 +70,10 @@ func (c *Clientset) ReviewAccess(ctx context.Context, a authv1.ResourceAttribute
 		return false, err
 	}
 	return r.Status.Allowed, nil
+}
+
+func (c *Clientset) CreateEvent(ctx context.Context, e *eventsv1.Event) (*eventsv1.Event, error) {
+	return c.EventsV1().Events(e.Namespace).Create(ctx, e, metav1.CreateOptions{})
 }
 
 // IsWatchListSemanticsUnSupported tells reflectors whether the clientset can stream lists (fake ones
