@@ -120,6 +120,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	srv := proxy.NewServer(cfg, client, nodeName, registry, dp)
 	srv.FlagOverrides = opts.Overrides(fs)
 	srv.ModeDefaulted = opts.ModeDefaulted(fs)
+	srv.Flags = fs
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() { done <- srv.Run(ctx); close(finished) }()
 	err = systemd.Run(ctx, systemd.NewNotifier(), systemd.Hooks{

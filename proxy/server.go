@@ -2,12 +2,10 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"strings"
 	"sync"
@@ -15,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -34,6 +32,8 @@ type Server struct {
 	// ModeDefaulted says that neither the file nor the command line chose the mode (see
 	// config.Options.ModeDefaulted): Run then warns, as upstream, that the default changes in 1.40.
 	ModeDefaulted bool
+	// Flags is the command line, which /flagz shows; nil leaves /flagz out.
+	Flags *pflag.FlagSet
 
 	client        API
 	events        *events.Recorder
@@ -194,33 +194,6 @@ func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, h
 			klog.ErrorS(err, "Server stopped", "server", name)
 		}
 	}()
-}
-
-// metricsHandler serves what upstream's metrics port serves: /metrics, /healthz, /proxyMode, /configz, and
-// /debug/pprof when enableProfiling is set.
-func (s *Server) metricsHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, _ *http.Request) {
-		mode := s.Config().Mode
-		if mode == "" {
-			mode = config.ModeIPTables
-		}
-		_, _ = fmt.Fprint(w, mode)
-	})
-	mux.HandleFunc("/configz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"kubeproxy.config.k8s.io": s.Config()})
-	})
-	if s.Config().EnableProfiling {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }
 
 // ReloadResult is the outcome of one configuration reload.
