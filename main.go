@@ -7,6 +7,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -41,15 +42,7 @@ func main() {
 		os.Exit(inspect.Main(os.Args[1], os.Args[2:], os.Stdout, os.Stderr, "kube-proxy/"+version))
 	}
 	opts := config.NewOptions()
-	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	// Of klog's flags only -v and --vmodule, as upstream v1.37: it rejects the others (--log_file,
-	// --logtostderr, ...), and with the logger systemd.Logging sets up they would do nothing.
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(klogFlags.Lookup(name))
-	}
-	opts.AddFlags(fs)
+	fs, klogFlags := newFlagSet(opts)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -58,7 +51,7 @@ func main() {
 		os.Exit(2)
 	}
 	if opts.Version {
-		fmt.Printf("kube-proxy %s (commit %s)\n", version, commit)
+		printVersion(os.Stdout)
 		os.Exit(0)
 	}
 	cfg, warnings, err := opts.Complete(fs)
@@ -153,6 +146,28 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	case <-time.After(1500 * time.Millisecond):
 	}
 	return err
+}
+
+// newFlagSet returns the command line's flags: opts' and klog's -v and --vmodule, which are also in the
+// klog flag set returned, for systemd.Logging.
+func newFlagSet(opts *config.Options) (*pflag.FlagSet, *flag.FlagSet) {
+	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	// Of klog's flags only -v and --vmodule, as upstream v1.37: it rejects the others (--log_file,
+	// --logtostderr, ...), and with the logger systemd.Logging sets up they would do nothing.
+	for _, name := range []string{"v", "vmodule"} {
+		fs.AddGoFlag(klogFlags.Lookup(name))
+	}
+	opts.AddFlags(fs)
+	return fs, klogFlags
+}
+
+// printVersion writes what --version prints: upstream's line first ("Kubernetes v1.37.2", the release this
+// kube-proxy stands in for), so that scripts parsing it keep working, then this build's version and commit.
+func printVersion(w io.Writer) {
+	fmt.Fprintf(w, "Kubernetes %s\n", config.UpstreamRelease)
+	fmt.Fprintf(w, "kube-proxy %s (commit %s)\n", version, commit)
 }
 
 // logConfigWarnings logs what the configuration sets that loads but does nothing or will stop working:
