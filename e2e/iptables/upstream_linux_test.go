@@ -79,6 +79,15 @@ func TestUpstreamHandover(t *testing.T) {
 	for key, up := range upstream {
 		compareSaves(t, b, key, up, ours[key], goneChains)
 	}
+	// Both count in upstream's nfacct counters, which the comparison above covers only if they are there.
+	for key, want := range map[string]string{
+		"IPv4/filter": "-A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP",
+		"IPv4/nat":    "-A KUBE-NODEPORTS -d 127.0.0.0/8 -p tcp -m comment --comment",
+	} {
+		if !slices.ContainsFunc(ours[key].Rules, func(r string) bool { return strings.HasPrefix(r, want) && strings.Contains(r, " -m nfacct ") }) {
+			t.Errorf("%s: no rule counting in an nfacct counter like %q", key, want)
+		}
+	}
 
 	// Ours -> upstream: a Service created under us and deleted while nothing runs must go too.
 	b.CreateService(t, "gone2", nil)
