@@ -5,6 +5,8 @@
 #   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods (MODE=nftables)
 #   make bench   ours vs upstream kube-proxy side by side, modes iptables and nftables; writes BENCHMARKS.md
 #                (hours; see BENCHFLAGS)
+#   make conformance  upstream's e2e tests for Services on a two-node cluster in this machine, against ours and
+#                upstream's kube-proxy; writes docs/CONFORMANCE.md (hours; opt-in, not part of make test)
 
 SHELL       := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
@@ -20,7 +22,7 @@ BIN     := bin/kube-proxy
 KP_CLUSTER_BINDIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kube-proxy-e2e/bin
 export KP_CLUSTER_BINDIR
 
-.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab bench bench-quick faults
+.PHONY: all build build-faults unit lint deps cluster-bins e2e test demo clean fuzz release systemd-lab bench bench-quick faults conformance
 
 all: build
 
@@ -103,6 +105,18 @@ faults: deps build build-faults cluster-bins
 	status=$$?; \
 	$(E2E_ENV) KP_FAULTS_LONG=1 KP_FAULTS_ROWS=$(CURDIR)/bin/fault-rows.jsonl go test -count=1 -timeout 60m -v -run '^TestIPVSFaultsInVM$$' ./e2e/ipvsvm/ || status=1; \
 	go run ./e2e/faults/report -rows bin/fault-rows.jsonl -out docs/RELIABILITY.md -command 'make faults' && exit $$status
+
+# Upstream's e2e tests for Services ([sig-network] Services and Networking Granular Checks: Services, not
+# Serial/Slow/Disruptive/LoadBalancer/Feature) on a two-node cluster built in network namespaces here
+# (containerd, kubelet, CNI, CoreDNS), against ours in modes iptables, nftables and userspace as a process
+# and in iptables and nftables as the DaemonSet, and upstream's kube-proxy in iptables and nftables as a
+# process. Builds and caches kubelet, the controller-manager, the scheduler, kubectl, e2e.test, agnhost,
+# ginkgo and CoreDNS beside the cluster binaries; results in bin/conformance/<time>/, then
+# docs/CONFORMANCE.md. CONFORMANCEFLAGS picks runs and tests: -runs ours/nftables/daemonset -focus ...
+CONFORMANCEFLAGS ?=
+conformance: build
+	.ci/deps.sh --conformance
+	KP_BINARY=$(CURDIR)/$(BIN) go run ./e2e/conformance $(CONFORMANCEFLAGS)
 
 # Only the real-systemd tests (they are part of make e2e too).
 systemd-lab: deps build build-faults cluster-bins

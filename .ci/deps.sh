@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh - install the system packages the tests need on a fresh Debian 12 machine (run as root).
+# deps.sh [--conformance] - install the system packages the tests need on a fresh Debian 12 machine (run
+# as root); --conformance adds what `make conformance` needs (a container runtime and CNI plugins).
 # Idempotent and quiet: when every package is already installed it touches nothing, not even
 # `apt-get update`, and returns in well under a second.
 set -euo pipefail
@@ -16,6 +17,11 @@ PACKAGES=(
   # flock, used by e2e/tools/build-cluster.sh
   util-linux
 )
+# make conformance: each lab node runs its own containerd (runc; crun refuses this host's hybrid cgroup
+# layout) with the reference CNI plugins; images are Debian trees from debootstrap.
+if [[ ${1:-} == --conformance ]]; then
+  PACKAGES+=(containerd runc containernetworking-plugins)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -172,8 +172,10 @@ type junitSuites struct {
 // leafPrefix is the node type ginkgo puts before a spec's text in its JUnit names.
 var leafPrefix = regexp.MustCompile(`^\[(It|SynchronizedBeforeSuite|BeforeSuite|SynchronizedAfterSuite|AfterSuite|DeferCleanup \([^)]*\)|ReportAfterSuite|ReportBeforeSuite)\] `)
 
-// labelSuffix is the list of ginkgo labels ginkgo appends to a spec's text ("[Conformance, sig-network]").
-var labelSuffix = regexp.MustCompile(` \[[^\[\]]*\]$`)
+// labelSuffix is the list of ginkgo labels ginkgo appends to a spec's text ("[sig-network, Conformance]");
+// every e2e test has its SIG's label, which tells the list from a tag at the end of the text
+// ("[LinuxOnly]").
+var labelSuffix = regexp.MustCompile(` \[([^\[\]]*)\]$`)
 
 // ParseJUnit reads a ginkgo JUnit report. Only specs ("[It] ...") are returned, named by their text
 // without ginkgo's node type and label list.
@@ -190,8 +192,8 @@ func ParseJUnit(r io.Reader) ([]Case, error) {
 				continue
 			}
 			name := strings.TrimSpace(strings.TrimPrefix(c.Name, m[0]))
-			if l := labelSuffix.FindString(name); l != "" && strings.Contains(l, ",") {
-				name = strings.TrimSpace(strings.TrimSuffix(name, l))
+			if m := labelSuffix.FindStringSubmatch(name); m != nil && hasSIGLabel(m[1]) {
+				name = strings.TrimSpace(strings.TrimSuffix(name, m[0]))
 			}
 			k := Case{Name: name, Status: c.Status, Seconds: c.Time}
 			switch {
@@ -214,6 +216,15 @@ func ParseJUnit(r io.Reader) ([]Case, error) {
 		}
 	}
 	return out, nil
+}
+
+func hasSIGLabel(list string) bool {
+	for _, l := range strings.Split(list, ",") {
+		if strings.HasPrefix(strings.TrimSpace(l), "sig-") {
+			return true
+		}
+	}
+	return false
 }
 
 func firstNonEmpty(s ...string) string {

@@ -19,8 +19,8 @@ func TestParseJUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Case{
-		{Name: "[sig-network] Services should serve a basic endpoint from pods  [Conformance]", Status: "passed"},
-		{Name: "[sig-network] Services should be able to up and down services", Status: "failed",
+		{Name: "[sig-network] Services should serve a basic endpoint from pods [Conformance]", Status: "passed"},
+		{Name: "[sig-network] Services should be able to up and down services [LinuxOnly]", Status: "failed",
 			Message: "service is not reachable within 2m0s timeout on endpoint up-down-2:80 over TCP protocol"},
 		{Name: "[sig-network] Services should work with the ESIPP on GCE [Feature:X]", Status: "skipped",
 			Message: "skipped - Only supported for providers [gce] (not local)"},
@@ -72,9 +72,9 @@ func TestMarkdown(t *testing.T) {
 		"| Services | 1 / 1 / 0 | 2 / 0 / 0 |",
 		"| Networking Granular Checks: Services | 1 / 0 / 0 | 1 / 0 / 0 |",
 		"| of which `[Conformance]` | 1 / 0 / 0 | 1 / 0 / 0 |",
-		"ours iptables (process): passes 2 of the 3 tests upstream passes; not: `[sig-network] Services should be able to up and down services`",
+		"ours iptables (process): passes 2 of the 3 tests upstream passes; not: `[sig-network] Services should be able to up and down services [LinuxOnly]`",
 		"ours iptables (process): service is not reachable within 2m0s timeout on endpoint up-down-2:80 over TCP protocol Upstream passes it on the same bed.",
-		"| [sig-network] Services should be able to up and down services | ✗ | ✓ |",
+		"| [sig-network] Services should be able to up and down services [LinuxOnly] | ✗ | ✓ |",
 		"| lab up | 42 |  |",
 	} {
 		if !strings.Contains(md, want) {
