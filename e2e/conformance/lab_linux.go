@@ -247,7 +247,30 @@ func (l *Lab) teardown() error {
 			}
 		}
 	}
-	errs = append(errs, removeCgroups(), os.RemoveAll(runRoot), l.restoreSysctls())
+	errs = append(errs, removeCgroups(), os.RemoveAll(runRoot), l.restoreSysctls(), removeLogLinks(l.Dir))
+	return errors.Join(errs...)
+}
+
+// containerLogLinks is where every kubelet links its containers' logs (a path fixed in the kubelet).
+const containerLogLinks = "/var/log/containers"
+
+// removeLogLinks removes the kubelets' links to container logs under dir that pods killed with the lab
+// left behind; other links are not the lab's.
+func removeLogLinks(dir string) error {
+	entries, err := os.ReadDir(containerLogLinks)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		path := filepath.Join(containerLogLinks, e.Name())
+		if target, err := os.Readlink(path); err == nil && strings.HasPrefix(target, dir+"/") {
+			errs = append(errs, os.Remove(path))
+		}
+	}
 	return errors.Join(errs...)
 }
 
