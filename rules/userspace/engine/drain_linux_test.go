@@ -149,24 +149,45 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("the datagram sent while draining, after the restart: %q, %v", buf[:n], err)
 	}
 
-	// Without a store, a connection made while draining is refused; one that lasts is cut short.
-	plain := engineWithStore(t, nil)
+	// Without a store, a connection made while draining is refused. A kept-alive connection, quiet since its
+	// endpoint answered, and an answered UDP exchange whose flow has not idled out yet do not hold the drain
+	// up; a request that waits for its answer does, until the deadline, and is reported cut short.
+	slow := slowTCP(t, "s", time.Minute)
+	plain := New(v1.IPv4Protocol, loopback, Options{UDPIdleTimeout: time.Hour}, NewMetrics(prometheus.NewRegistry()))
+	t.Cleanup(plain.Close)
 	svc := ensure(t, plain, tcpKey, Target{Endpoints: []netip.AddrPort{tcpEP}})
-	lasting, err := net.Dial("tcp", svc.String())
+	kept, err := net.Dial("tcp", svc.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lasting.Close()
-	if name, err := askOn(lasting); err != nil || name != "a" {
-		t.Fatalf("a lasting connection: %q, %v", name, err)
+	defer kept.Close()
+	if name, err := askOn(kept); err != nil || name != "a" {
+		t.Fatalf("a kept-alive connection: %q, %v", name, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	exchange(t, client, ensure(t, plain, udpSvcKey, Target{Endpoints: []netip.AddrPort{udpBackend(t, "b")}}), "answered")
+	time.Sleep(2 * drainQuiet)
+	if n := listenerOf(plain, udpSvcKey).(*udpListener).n.Load(); n != 1 {
+		t.Fatalf("%d UDP flows before the drain, want the answered one", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if left := plain.Drain(ctx); left != 1 {
-		t.Errorf("Drain with a connection that lasts left %d under way, want 1", left)
+	start = time.Now()
+	if left := plain.Drain(ctx); left != 0 || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("Drain with a quiet kept-alive connection: %d left after %v; want 0 at once", left, time.Since(start))
 	}
 	if _, err := net.DialTimeout("tcp", svc.String(), time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("without a store, a connection once drained: %v, want refused", err)
+	}
+
+	waiting := engineWithStore(t, nil)
+	svc = ensure(t, waiting, tcpKey, Target{Endpoints: []netip.AddrPort{slow}})
+	_ = send(t, svc)
+	waitFor(t, "the request to be under way", func() bool { return listenerOf(waiting, tcpKey).inFlight() == 1 })
+	time.Sleep(2 * drainQuiet)
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if left := waiting.Drain(ctx); left != 1 {
+		t.Errorf("Drain with a request waiting for its answer left %d under way, want 1", left)
 	}
 }
 

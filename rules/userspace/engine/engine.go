@@ -264,7 +264,8 @@ func (e *Engine) Close() {
 }
 
 // Drain stops taking new connections and datagrams and waits until the connections and UDP flows under
-// way have ended, or ctx is done; it returns how many were still under way then. The engine's copies of
+// way have ended or gone quiet (a kept-alive TCP connection whose endpoint spoke last does not hold it up),
+// or ctx is done; it returns how many were still under way then. The engine's copies of
 // the listening sockets close (a UDP socket stays open for the replies of its flows): a socket kept in
 // the store (Options.Sockets) stays open there, and what arrives from now on waits in its queue for the
 // next process; without a store, new connections are refused from now on. Call it when the daemon stops.

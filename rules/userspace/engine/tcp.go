@@ -69,7 +69,41 @@ func (l *tcpListener) stopTaking() {
 	<-l.done
 }
 
-func (l *tcpListener) inFlight() int64 { return l.n.Load() }
+// inFlight counts the connections in the middle of an exchange (see busy) and those still connecting to
+// an endpoint.
+func (l *tcpListener) inFlight() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := max(l.n.Load()-int64(len(l.conns)), 0)
+	for c := range l.conns {
+		if c.busy() {
+			n++
+		}
+	}
+	return n
+}
+
+// drainQuiet is how long a connection must have been quiet, the endpoint having spoken last, to count as
+// between exchanges (a kept-alive connection) rather than under way.
+const drainQuiet = 100 * time.Millisecond
+
+// busy reports whether c is under way: data came from either side within drainQuiet, or the client spoke
+// last (a request waits for its answer; an endpoint that never sent anything has not answered). Without
+// TCP_INFO every connection is.
+func (c *tcpConn) busy() bool {
+	fromClient, clientBytes, okC := heard(c.client)
+	fromEndpoint, endpointBytes, okE := heard(c.upstream)
+	switch {
+	case !okC || !okE:
+		return true
+	case min(fromClient, fromEndpoint) < drainQuiet:
+		return true
+	case endpointBytes == 0:
+		return clientBytes > 0
+	default:
+		return fromClient < fromEndpoint
+	}
+}
 
 // close stops accepting; established connections are left to end on their own, as when an endpoint is
 // removed.

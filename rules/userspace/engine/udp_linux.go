@@ -44,6 +44,9 @@ type udpFlow struct {
 	ep     netip.AddrPort
 	fd     int
 	last   atomic.Int64 // unix nanoseconds of the last packet either way
+	// lastReply is when the endpoint last answered (unix nanoseconds): a flow whose last packet came from
+	// the client waits for an answer.
+	lastReply atomic.Int64
 
 	// io guards reads and writes of fd against its close: once closed, the number may be another flow's
 	// socket, which must never see this flow's datagrams.
@@ -134,7 +137,19 @@ func (l *udpListener) stopTaking() {
 	l.done.Wait()
 }
 
-func (l *udpListener) inFlight() int64 { return l.n.Load() }
+// inFlight counts the flows that wait for an answer to their client's last datagram (until it comes or
+// the flow idles out) and those being opened.
+func (l *udpListener) inFlight() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := max(l.n.Load()-int64(len(l.flows)), 0)
+	for _, f := range l.flows {
+		if f.last.Load() > f.lastReply.Load() {
+			n++
+		}
+	}
+	return n
+}
 
 func (l *udpListener) close() {
 	if l.closed.Swap(true) {
@@ -455,7 +470,9 @@ func (l *udpListener) drain(f *udpFlow, buf []byte) {
 			}
 			return
 		}
-		f.last.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		f.last.Store(now)
+		f.lastReply.Store(now)
 		if _, _, err := l.conn.WriteMsgUDPAddrPort(buf[:n], oob, f.client); err != nil {
 			klog.V(4).InfoS("Userspace proxy UDP reply failed", "service", l.key.Name, "client", f.client, "err", err)
 			continue
