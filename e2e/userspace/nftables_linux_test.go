@@ -33,6 +33,10 @@ func TestNFTablesLocalhostNodePorts(t *testing.T) {
 	tcp, udp := harness.NodePortOf(t, web, "tcp"), harness.NodePortOf(t, web, "udp")
 	const n = 20
 
+	// One listener on 127.0.0.1, for web's TCP port: remote has no local endpoint, UDP is not served.
+	if v, ok := d.Metric(t, "kubeproxy_nftables_localhost_nodeport_listeners", `ip_family="IPv4"`); !ok || v != 1 {
+		t.Errorf("kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv4\"} = %v (exported %v), want 1", v, ok)
+	}
 	before, _ := d.Metric(t, "kubeproxy_userspace_connections_accepted_total", `protocol="TCP"`)
 	harness.ExpectSpread(t, "node -> 127.0.0.1 tcp", harness.HitForTest(t, node, "tcp", harness.HostPort("127.0.0.1", tcp), n, harness.HitOptions{}),
 		harness.PodNames(1, 2), harness.GatewayOf)
