@@ -144,7 +144,7 @@ func (l *lab) restartUnderTraffic(clusterIP string, n int) ([]harness.HitResult,
 	tr.WaitFor(l.t, 100)
 	var took []time.Duration
 	for range n {
-		r := l.run("systemctl restart kube-proxy")
+		r := l.run(resetStartLimit + "systemctl restart kube-proxy")
 		if r.Code != 0 {
 			l.t.Fatalf("systemctl restart: exit %d:\n%s", r.Code, r.Out)
 		}
@@ -153,6 +153,10 @@ func (l *lab) restartUnderTraffic(clusterIP string, n int) ([]harness.HitResult,
 	}
 	return tr.Stop(), took
 }
+
+// resetStartLimit forgets the unit's recent starts: the test starts it more often than systemd's default
+// start limit (5 in 10 s) allows.
+const resetStartLimit = "systemctl reset-failed kube-proxy && "
 
 // failures counts the failed connections by class ("refused", "timeout", ...) and network.
 func failures(res []harness.HitResult) map[string]int {
@@ -223,7 +227,7 @@ func TestUserspaceRestart(t *testing.T) {
 			// meanwhile. A Service deleted in that time leaves a stored listener no one takes: the new
 			// process releases it once synced, and its port closes.
 			pid := l.prop("MainPID")
-			l.must("systemctl kill -s KILL kube-proxy")
+			l.must(resetStartLimit + "systemctl kill -s KILL kube-proxy")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := c.Admin.CoreV1().Services(ns).Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
@@ -256,7 +260,7 @@ func TestUserspaceRestart(t *testing.T) {
 
 			// The store turned off: what a restart did before.
 			l.must("mkdir -p /etc/systemd/system/kube-proxy.service.d && printf '[Service]\\nFileDescriptorStoreMax=0\\n' >/etc/systemd/system/kube-proxy.service.d/fdstore.conf")
-			l.must("systemctl daemon-reload && systemctl start kube-proxy")
+			l.must("systemctl daemon-reload && " + resetStartLimit + "systemctl start kube-proxy")
 			off, _ := l.restartUnderTraffic(clusterIP, 3)
 			lost := failures(off)
 			t.Logf("%s: 3 restarts without the store: %d connections, failures %v", suite.Name, len(off), lost)
@@ -270,9 +274,9 @@ func TestUserspaceRestart(t *testing.T) {
 
 			// A store too small for both listeners: one survives, the other is refused as before.
 			l.must("systemctl stop kube-proxy && printf '[Service]\\nFileDescriptorStoreMax=1\\n' >/etc/systemd/system/kube-proxy.service.d/fdstore.conf")
-			l.must("systemctl daemon-reload && systemctl start kube-proxy")
+			l.must("systemctl daemon-reload && " + resetStartLimit + "systemctl start kube-proxy")
 			small := l.servicePorts(ns, "web")
-			l.must("systemctl restart kube-proxy")
+			l.must(resetStartLimit + "systemctl restart kube-proxy")
 			after := l.servicePorts(ns, "web")
 			kept := 0
 			for proto, p := range small {
