@@ -5,7 +5,7 @@
 #   make demo    a real apiserver, the daemon in a node namespace, a Service across three pods (MODE=nftables)
 #   make bench   ours vs upstream kube-proxy side by side, modes iptables and nftables; writes BENCHMARKS.md
 #                (hours; see BENCHFLAGS)
-#   make conformance  upstream's e2e tests for Services on a two-node cluster in this machine, against ours and
+#   make conformance  upstream's e2e tests for Services on a three-node cluster in this machine, against ours and
 #                upstream's kube-proxy; writes docs/CONFORMANCE.md (hours; opt-in, not part of make test)
 
 SHELL       := /bin/bash
@@ -107,7 +107,7 @@ faults: deps build build-faults cluster-bins
 	go run ./e2e/faults/report -rows bin/fault-rows.jsonl -out docs/RELIABILITY.md -command 'make faults' && exit $$status
 
 # Upstream's e2e tests for Services ([sig-network] Services and Networking Granular Checks: Services, not
-# Serial/Slow/Disruptive/LoadBalancer/Feature) on a two-node cluster built in network namespaces here
+# Serial/Slow/Disruptive/LoadBalancer/Feature) on a three-node cluster built in network namespaces here
 # (containerd, kubelet, CNI, CoreDNS), against ours in modes iptables, nftables and userspace as a process
 # and in iptables and nftables as the DaemonSet, and upstream's kube-proxy in iptables and nftables as a
 # process. Builds and caches kubelet, the controller-manager, the scheduler, kubectl, e2e.test, agnhost,

@@ -1,5 +1,5 @@
 // Command conformance is `make conformance`: upstream's own e2e tests for Services, run against this
-// kube-proxy on a real two-node cluster on this machine, and against upstream's kube-proxy on the
+// kube-proxy on a real three-node cluster on this machine, and against upstream's kube-proxy on the
 // same bed, with docs/CONFORMANCE.md written from the results.
 //
 // The bed: a lab network namespace holds a bridge, etcd, the apiserver, the controller-manager, the

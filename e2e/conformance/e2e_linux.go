@@ -29,6 +29,9 @@ func (l *Lab) runE2E(ctx context.Context, spec runSpec, sel selection, dir strin
 		"--kubeconfig=" + l.admin, "--provider=local", "--kubectl-path=" + l.bins.k8s("kubectl"),
 		"--report-dir=" + dir, "--e2e-output-dir=" + dir,
 		"--minStartupPods=0", "--dump-logs-on-failure=false", "--disable-log-dump",
+		// Without it, the suite counts the nodes in ginkgo's first process only, and the tests that
+		// need two nodes skip themselves in every other process ("Requires at least 2 nodes (not -1)").
+		"--num-nodes=" + strconv.Itoa(len(l.nodes)),
 	}
 	logPath := filepath.Join(dir, "e2e.log")
 	logf, err := os.Create(logPath)

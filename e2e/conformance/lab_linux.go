@@ -34,10 +34,12 @@ const (
 
 // nodeSpecs are the lab's nodes: each a network namespace with an eth0 on the bridge (its address is
 // the node's InternalIP, so every node and the test runner see each other's real addresses), its own
-// containerd, kubelet, CNI bridge and pod CIDR.
+// containerd, kubelet, CNI bridge and pod CIDR. Three, because upstream's test of health-check node
+// ports across an externalTrafficPolicy change skips itself on fewer.
 var nodeSpecs = []struct{ name, ip, podCIDR string }{
 	{"node-a", "10.200.0.2", "10.244.0.0/24"},
 	{"node-b", "10.200.0.3", "10.244.1.0/24"},
+	{"node-c", "10.200.0.4", "10.244.2.0/24"},
 }
 
 // hostSysctls are the host-wide kernel settings the kubelet changes (it sets them as it wants them
@@ -46,7 +48,7 @@ var nodeSpecs = []struct{ name, ip, podCIDR string }{
 var hostSysctls = []string{"kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "vm/panic_on_oom",
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes"}
 
-// Lab is a two-node Kubernetes cluster on this machine: control plane and nodes in network namespaces
+// Lab is a three-node Kubernetes cluster on this machine: control plane and nodes in network namespaces
 // of their own, every process in a cgroup of the lab's, so teardown finds all of it — also what a
 // crashed earlier run left — by name.
 type Lab struct {

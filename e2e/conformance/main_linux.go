@@ -180,7 +180,7 @@ func run() error {
 		}()
 	}
 	var cs kubernetes.Interface
-	if err := timed("lab up: network, control plane, CoreDNS, 2 nodes Ready", func() (string, error) {
+	if err := timed("lab up: network, control plane, CoreDNS, 3 nodes Ready", func() (string, error) {
 		var err error
 		cs, err = lab.up(ctx, pause, archives)
 		return "", err

@@ -37,7 +37,7 @@ func Markdown(res *Results, command string) (string, error) {
 	w("Written by `%s` from the results of `%s` (%s); do not edit by hand.\n\n", command, res.Meta.Command,
 		res.Meta.Date.Format("2006-01-02 15:04 MST"))
 	w("Upstream's own tests for Services (`k8s.io/kubernetes/test/e2e`, `--provider=local`) ran against a real\n")
-	w("two-node cluster on one machine: each node a network namespace on one bridge with its own containerd,\n")
+	w("three-node cluster on one machine: each node a network namespace on one bridge with its own containerd,\n")
 	w("kubelet and CNI bridge; etcd, the apiserver, the controller-manager, the scheduler and CoreDNS beside\n")
 	w("them. The same bed ran upstream's kube-proxy in the modes it shares with ours, so every test is judged\n")
 	w("against what upstream does here, not against a claim. Mode ipvs cannot run on this bed: the host kernel\n")
