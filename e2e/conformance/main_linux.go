@@ -338,10 +338,17 @@ func buildImages(ctx context.Context, cache string, bins binaries) (archives []s
 	if err != nil {
 		return nil, "", "", err
 	}
-	imgs = append(imgs, images.Image{Tags: []string{ourImageRef}, Rootfs: kpBase, Files: spec.Files, Entrypoint: spec.Entrypoint})
-	for _, img := range imgs {
-		path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Tags[0])+".tar")
-		if err := images.WriteArchive(ctx, path, dir, img); err != nil {
+	// Archives and file layers are made anew; the trees' layers are reused while the trees are unchanged.
+	stale, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+	for _, f := range stale {
+		if !strings.HasPrefix(filepath.Base(f), "rootfs-") {
+			_ = os.Remove(f)
+		}
+	}
+	ours := images.Image{Tags: []string{ourImageRef}, Rootfs: kpBase, Files: spec.Files, Entrypoint: spec.Entrypoint}
+	for name, imgs := range map[string][]images.Image{"e2e-test-images.tar": imgs, "kube-proxy.tar": {ours}} {
+		path := filepath.Join(dir, name)
+		if err := images.WriteArchive(ctx, path, dir, imgs...); err != nil {
 			return nil, "", "", err
 		}
 		archives = append(archives, path)

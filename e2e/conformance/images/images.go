@@ -110,26 +110,28 @@ type Image struct {
 	Entrypoint, Cmd []string
 }
 
-// WriteArchive writes img as a docker-archive tarball (`docker save`'s format) at path, built in
-// workDir. Layers are made reproducibly enough that an unchanged root file system gives the same
-// digest, so two images over one tree share it in the runtime's content store.
-func WriteArchive(ctx context.Context, path, workDir string, img Image) error {
-	var layers []string
-	if img.Rootfs != "" {
-		l := filepath.Join(workDir, "rootfs-"+filepath.Base(img.Rootfs)+".tar")
-		if err := rootfsLayer(ctx, img.Rootfs, l); err != nil {
-			return err
+// WriteArchive writes imgs as one docker-archive tarball (`docker save`'s format) at path, built in
+// workDir. A layer the images share (the same root file system) is stored once, and layers are made
+// reproducibly enough that an unchanged tree gives the same digest from one run to the next.
+func WriteArchive(ctx context.Context, path, workDir string, imgs ...Image) error {
+	layers := make([][]string, len(imgs))
+	for i, img := range imgs {
+		if img.Rootfs != "" {
+			l := filepath.Join(workDir, "rootfs-"+filepath.Base(img.Rootfs)+".tar")
+			if err := rootfsLayer(ctx, img.Rootfs, l); err != nil {
+				return err
+			}
+			layers[i] = append(layers[i], l)
 		}
-		layers = append(layers, l)
-	}
-	if len(img.Files) > 0 {
-		l := filepath.Join(workDir, "files-"+sanitize(img.Tags[0])+".tar")
-		if err := filesLayer(img.Files, l); err != nil {
-			return err
+		if len(img.Files) > 0 {
+			l := filepath.Join(workDir, "files-"+sanitize(img.Tags[0])+".tar")
+			if err := filesLayer(img.Files, l); err != nil {
+				return err
+			}
+			layers[i] = append(layers[i], l)
 		}
-		layers = append(layers, l)
 	}
-	return writeDockerArchive(path, img, layers)
+	return writeDockerArchive(path, imgs, layers)
 }
 
 // rootfsLayer tars dir into out with GNU tar (hard links, sparse files and special permissions kept),
@@ -203,38 +205,47 @@ func addFile(tw *tar.Writer, dirs map[string]bool, file File) error {
 	return err
 }
 
-// writeDockerArchive writes manifest.json, the image configuration and the layers into path.
-func writeDockerArchive(path string, img Image, layers []string) error {
-	var diffIDs, layerNames []string
-	for _, l := range layers {
-		sum, err := fileSHA256(l)
+// writeDockerArchive writes manifest.json, each image's configuration and every layer (once) into path.
+func writeDockerArchive(path string, imgs []Image, layers [][]string) error {
+	files := map[string]string{} // name in the archive -> layer file, for the layers
+	blobs := map[string][]byte{} // name in the archive -> content, for configurations and the manifest
+	var manifest []map[string]any
+	for i, img := range imgs {
+		var diffIDs, layerNames []string
+		for _, l := range layers[i] {
+			sum, err := fileSHA256(l)
+			if err != nil {
+				return err
+			}
+			diffIDs = append(diffIDs, "sha256:"+sum)
+			layerNames = append(layerNames, sum+"/layer.tar")
+			files[sum+"/layer.tar"] = l
+		}
+		config, err := json.Marshal(map[string]any{
+			"architecture": "amd64",
+			"os":           "linux",
+			"created":      "1970-01-01T00:00:00Z",
+			"config": map[string]any{
+				"Entrypoint": img.Entrypoint,
+				"Cmd":        img.Cmd,
+				"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+				"WorkingDir": "/",
+			},
+			"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
+		})
 		if err != nil {
 			return err
 		}
-		diffIDs = append(diffIDs, "sha256:"+sum)
-		layerNames = append(layerNames, sum+"/layer.tar")
+		configSum := sha256.Sum256(config)
+		configName := hex.EncodeToString(configSum[:]) + ".json"
+		blobs[configName] = config
+		manifest = append(manifest, map[string]any{"Config": configName, "RepoTags": img.Tags, "Layers": layerNames})
 	}
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"created":      "1970-01-01T00:00:00Z",
-		"config": map[string]any{
-			"Entrypoint": img.Entrypoint,
-			"Cmd":        img.Cmd,
-			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			"WorkingDir": "/",
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
-	})
+	m, err := json.Marshal(manifest)
 	if err != nil {
 		return err
 	}
-	configSum := sha256.Sum256(config)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": img.Tags, "Layers": layerNames}})
-	if err != nil {
-		return err
-	}
+	blobs["manifest.json"] = m
 
 	f, err := os.Create(path + ".tmp")
 	if err != nil {
@@ -242,12 +253,13 @@ func writeDockerArchive(path string, img Image, layers []string) error {
 	}
 	tw := tar.NewWriter(f)
 	werr := func() error {
-		for i, l := range layers {
-			if err := copyInto(tw, layerNames[i], l); err != nil {
+		for _, name := range sortedKeys(files) {
+			if err := copyInto(tw, name, files[name]); err != nil {
 				return err
 			}
 		}
-		for name, data := range map[string][]byte{configName: config, "manifest.json": manifest} {
+		for _, name := range sortedKeys(blobs) {
+			data := blobs[name]
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))}); err != nil {
 				return err
 			}
@@ -262,6 +274,15 @@ func writeDockerArchive(path string, img Image, layers []string) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(path+".tmp", path)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func copyInto(tw *tar.Writer, name, src string) error {

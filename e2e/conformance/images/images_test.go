@@ -130,16 +130,29 @@ func TestWriteArchive(t *testing.T) {
 		t.Errorf("file layer has %v, want agnhost", keys(top))
 	}
 
-	// The same tree gives the same base layer digest (shared by the images built over it).
+	// Two images over one tree in one archive: the tree's layer is stored once, named by both.
 	out2 := filepath.Join(work, "img2.tar")
-	if err := WriteArchive(context.Background(), out2, work, Image{Tags: []string{"x/pause:1"}, Rootfs: root}); err != nil {
+	if err := WriteArchive(context.Background(), out2, work, img, Image{Tags: []string{"x/pause:1"}, Rootfs: root}); err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(readTar(t, out2)["manifest.json"], &manifest); err != nil {
+	entries2 := readTar(t, out2)
+	if err := json.Unmarshal(entries2["manifest.json"], &manifest); err != nil {
 		t.Fatal(err)
 	}
-	if got := manifest[0].Layers[0]; got != strings.TrimPrefix(cfg.Rootfs.DiffIDs[0], "sha256:")+"/layer.tar" {
-		t.Errorf("second image's base layer %s differs", got)
+	if len(manifest) != 2 || manifest[1].Layers[0] != manifest[0].Layers[0] {
+		t.Fatalf("manifest %+v: want two images on one base layer", manifest)
+	}
+	if manifest[0].Layers[0] != strings.TrimPrefix(cfg.Rootfs.DiffIDs[0], "sha256:")+"/layer.tar" {
+		t.Errorf("the same tree gave another base layer: %s", manifest[0].Layers[0])
+	}
+	layerFiles := 0
+	for name := range entries2 {
+		if strings.HasSuffix(name, "/layer.tar") {
+			layerFiles++
+		}
+	}
+	if layerFiles != 2 {
+		t.Errorf("archive holds %d layers, want 2 (the shared tree once, the files once)", layerFiles)
 	}
 }
 
