@@ -77,8 +77,9 @@ func TestDeb(t *testing.T) {
 			}
 			l.wantProps("after install", map[string]string{"LoadState": "loaded", "ActiveState": "inactive", "UnitFileState": "disabled"})
 			l.verifyUnit("kube-proxy.service")
-			if out := l.must("kube-proxy --version"); !strings.HasPrefix(out, "kube-proxy ") {
-				t.Errorf("kube-proxy --version: %q", out)
+			// Upstream's line first, as scripts that parse it expect, then this build's.
+			if out := l.must("kube-proxy --version"); !strings.HasPrefix(out, "Kubernetes v1.37") || !strings.Contains(out, "\nkube-proxy ") {
+				t.Errorf("kube-proxy --version: %q, want \"Kubernetes v1.37...\" then \"kube-proxy ...\"", out)
 			}
 
 			// The admin's part: a kubeconfig, an edited config, enable --now.
