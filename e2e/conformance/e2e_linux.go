@@ -44,7 +44,7 @@ func (l *Lab) runE2E(ctx context.Context, spec runSpec, sel selection, dir strin
 	cmd.Dir = dir
 	cmd.WaitDelay = 30 * time.Second
 	run := &results.Run{Impl: spec.Impl, Mode: spec.Mode, Way: spec.Way, Start: time.Now().UTC(),
-		Command: "ginkgo " + strings.Join(args[3:], " ")}
+		Command: "ginkgo " + strings.Join(args[3:], " "), KubeProxy: l.kubeProxyVersions[spec.Impl]}
 	start := time.Now() // run.Start is UTC, without the monotonic reading
 	err = cmd.Run()
 	run.Seconds = time.Since(start).Seconds()

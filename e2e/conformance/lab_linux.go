@@ -57,6 +57,9 @@ type Lab struct {
 	bins binaries
 	logf func(string, ...any)
 
+	// kubeProxyVersions maps "ours" and "upstream" to their --version, recorded with each run.
+	kubeProxyVersions map[string]string
+
 	ca        *harness.CA
 	admin     string // the admin kubeconfig (https://labIP:apiPort)
 	images    []string

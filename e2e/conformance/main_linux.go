@@ -96,6 +96,7 @@ func run() error {
 		doc        = flag.String("doc", "docs/CONFORMANCE.md", "document to write from the results (empty: none)")
 		keep       = flag.Bool("keep", false, "leave the lab up after the runs (tear it down with -down)")
 		down       = flag.Bool("down", false, "only tear down what an earlier run left, then exit")
+		resume     = flag.Bool("resume", false, "keep the runs the -results directory already completed; carry out the others")
 	)
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -126,6 +127,9 @@ func run() error {
 		}
 	}
 	if *resultsDir == "" {
+		if *resume {
+			return errors.New("-resume needs -results: the directory whose completed runs to keep")
+		}
 		*resultsDir = filepath.Join("bin", "conformance", time.Now().UTC().Format("20060102-150405"))
 	}
 	if err := os.MkdirAll(filepath.Join(*resultsDir, "runs"), 0o755); err != nil {
@@ -147,6 +151,12 @@ func run() error {
 		return err
 	}
 	writeMeta := func() error { return results.WriteJSON(filepath.Join(*resultsDir, "meta.json"), meta) }
+	kept := map[string]bool{}
+	if *resume {
+		if kept, err = resumeFrom(*resultsDir, meta); err != nil {
+			return fmt.Errorf("-resume: %w", err)
+		}
+	}
 
 	for _, b := range []struct{ name, script, dir string }{
 		{"build: apiserver, etcd, upstream kube-proxy", "e2e/tools/build-cluster.sh", bins.cluster},
@@ -165,6 +175,7 @@ func run() error {
 		return err
 	}
 	collectVersions(meta, bins)
+	lab.kubeProxyVersions = map[string]string{"ours": meta.Versions["ours"], "upstream": meta.Versions[upstreamVersionKey]}
 
 	if err := lab.teardown(); err != nil {
 		return fmt.Errorf("removing what an earlier run left: %w", err)
@@ -192,6 +203,14 @@ func run() error {
 	for _, spec := range runs {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if kept[spec.Name()] {
+			logf("run %s: kept from %s", spec.Name(), *resultsDir)
+			continue
+		}
+		// What an interrupted attempt left must not be read as this run's.
+		if err := os.RemoveAll(filepath.Join(*resultsDir, "runs", spec.Name())); err != nil {
+			return err
 		}
 		if err := timed("run "+spec.Name(), func() (string, error) {
 			return lab.runOne(ctx, cs, spec, selection{focus: *focus, skip: *skip, procs: *procs, timeout: *timeout},
@@ -356,6 +375,41 @@ func buildImages(ctx context.Context, cache string, bins binaries) (archives []s
 	return archives, want["/pause:"][0], fmt.Sprintf("%.0f s", time.Since(start).Seconds()), nil
 }
 
+// upstreamVersionKey names upstream's version in meta.json.
+const upstreamVersionKey = "kubernetes (e2e.test, kubelet, apiserver, upstream kube-proxy)"
+
+// resumeFrom loads the results directory an earlier invocation wrote, for -resume: meta takes its date and
+// timed phases, and the runs it completed are returned by name, to be kept. The earlier invocation must
+// have chosen the same tests. A kept run that predates the per-run version gets the one its meta.json
+// recorded, since that is the binary it ran.
+func resumeFrom(dir string, meta *results.Meta) (map[string]bool, error) {
+	old, err := results.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if old.Meta.Focus != meta.Focus || old.Meta.Skip != meta.Skip || old.Meta.Procs != meta.Procs {
+		return nil, fmt.Errorf("%s chose other tests (focus %q, skip %q, %d processes)", dir, old.Meta.Focus, old.Meta.Skip, old.Meta.Procs)
+	}
+	meta.Date = old.Meta.Date
+	meta.Phases = append(old.Meta.Phases, results.Phase{Name: "-resume: the phases below are a second invocation",
+		Note: time.Now().UTC().Format(time.RFC3339)})
+	kept := map[string]bool{}
+	for _, r := range old.Runs {
+		if !r.Complete() {
+			continue
+		}
+		name := r.Name()
+		kept[name] = true
+		if r.KubeProxy == "" {
+			r.KubeProxy = old.Meta.Versions[map[string]string{"ours": "ours", "upstream": upstreamVersionKey}[r.Impl]]
+			if err := results.WriteJSON(filepath.Join(dir, "runs", name, "run.json"), r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return kept, nil
+}
+
 // collectVersions records what ran.
 func collectVersions(meta *results.Meta, bins binaries) {
 	first := func(name string, args ...string) string {
@@ -365,7 +419,7 @@ func collectVersions(meta *results.Meta, bins binaries) {
 		}
 		return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
-	meta.Versions["kubernetes (e2e.test, kubelet, apiserver, upstream kube-proxy)"] = first(bins.k8s("kubelet"), "--version")
+	meta.Versions[upstreamVersionKey] = first(bins.k8s("kubelet"), "--version")
 	out, _ := exec.Command(bins.ours, "--version").CombinedOutput()
 	meta.Versions["ours"] = strings.Join(strings.Fields(string(out)), " ")
 	meta.Versions["containerd"] = first("containerd", "--version")

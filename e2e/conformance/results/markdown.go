@@ -44,6 +44,10 @@ func Markdown(res *Results, command string) (string, error) {
 	w("has no IP_VS (mode ipvs is tested in a VM instead: e2e/ipvsvm).\n\n")
 	w("- Tests: ginkgo `--focus='%s'` `--skip='%s'`, %d processes.\n", res.Meta.Focus, res.Meta.Skip, res.Meta.Procs)
 	w("- Versions: %s.\n", versions(res.Meta.Versions))
+	if builds := kubeProxyBuilds(res.Runs); builds != "" {
+		w("- The runs tested different builds of ours (the results were gathered over more than one\n")
+		w("  invocation, -resume): %s.\n", builds)
+	}
 	w("- \"process\" is the hard way (the binary in the node's namespace with a config file and a kubeconfig, as\n")
 	w("  systemd/kube-proxy.service runs it); \"DaemonSet\" is packaging/kubernetes/kube-proxy.yaml applied with\n")
 	w("  the image built from packaging/container/Dockerfile.\n\n")
@@ -334,6 +338,23 @@ func versions(v map[string]string) string {
 		parts = append(parts, k+" "+v[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// kubeProxyBuilds lists the version each of our runs tested, when they differ; "" when they are the same.
+func kubeProxyBuilds(runs []*Run) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if r.Impl != "ours" || r.KubeProxy == "" {
+			continue
+		}
+		seen[r.KubeProxy] = true
+		parts = append(parts, fmt.Sprintf("%s: %s", r.Label(), r.KubeProxy))
+	}
+	if len(seen) < 2 {
+		return ""
+	}
+	return strings.Join(parts, "; ")
 }
 
 // oneLine folds s onto one line of at most n characters.

@@ -59,6 +59,8 @@ type Run struct {
 	ExitCode int `json:"exitCode"`
 	// Error is set when the run could not be carried out (kube-proxy did not start, no report, ...).
 	Error string `json:"error,omitempty"`
+	// KubeProxy is the version of the kube-proxy under test, as its --version prints it on one line.
+	KubeProxy string `json:"kubeProxy,omitempty"`
 
 	// Cases are the tests, read from junit.xml by Load.
 	Cases []Case `json:"-"`
@@ -95,6 +97,9 @@ func WriteJSON(path string, v any) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
+
+// Complete reports whether run is carried out: ginkgo ran and left its report (its tests may have failed).
+func (r *Run) Complete() bool { return r.Error == "" }
 
 // Results is a results directory, loaded.
 type Results struct {

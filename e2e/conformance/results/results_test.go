@@ -53,9 +53,10 @@ func TestMarkdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeRun(t, dir, &Run{Impl: "ours", Mode: "iptables", Way: "process", ExitCode: 1}, string(junit))
+	writeRun(t, dir, &Run{Impl: "ours", Mode: "iptables", Way: "process", ExitCode: 1, KubeProxy: "kube-proxy abc"}, string(junit))
 	passing := strings.ReplaceAll(string(junit), `status="failed"`, `status="passed"`)
 	writeRun(t, dir, &Run{Impl: "upstream", Mode: "iptables", Way: "process"}, passing)
+	writeRun(t, dir, &Run{Impl: "ours", Mode: "nftables", Way: "process", KubeProxy: "kube-proxy def"}, passing)
 
 	res, err := Load(dir)
 	if err != nil {
@@ -69,12 +70,13 @@ func TestMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| Services | 1 / 1 / 0 | 2 / 0 / 0 |",
-		"| Networking Granular Checks: Services | 1 / 0 / 0 | 1 / 0 / 0 |",
-		"| of which `[Conformance]` | 1 / 0 / 0 | 1 / 0 / 0 |",
+		"| Services | 1 / 1 / 0 | 2 / 0 / 0 | 2 / 0 / 0 |",
+		"| Networking Granular Checks: Services | 1 / 0 / 0 | 1 / 0 / 0 | 1 / 0 / 0 |",
+		"| of which `[Conformance]` | 1 / 0 / 0 | 1 / 0 / 0 | 1 / 0 / 0 |",
+		"ours iptables (process): kube-proxy abc; ours nftables (process): kube-proxy def",
 		"ours iptables (process): passes 2 of the 3 tests upstream passes; not: `[sig-network] Services should be able to up and down services [LinuxOnly]`",
 		"ours iptables (process): service is not reachable within 2m0s timeout on endpoint up-down-2:80 over TCP protocol Upstream passes it on the same bed.",
-		"| [sig-network] Services should be able to up and down services [LinuxOnly] | ✗ | ✓ |",
+		"| [sig-network] Services should be able to up and down services [LinuxOnly] | ✗ | ✓ | ✓ |",
 		"| lab up | 42 |  |",
 	} {
 		if !strings.Contains(md, want) {
