@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -384,6 +385,9 @@ const upstreamVersionKey = "kubernetes (e2e.test, kubelet, apiserver, upstream k
 // recorded, since that is the binary it ran.
 func resumeFrom(dir string, meta *results.Meta) (map[string]bool, error) {
 	old, err := results.Load(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]bool{}, nil // nothing to resume: a first invocation
+	}
 	if err != nil {
 		return nil, err
 	}

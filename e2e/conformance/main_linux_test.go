@@ -107,4 +107,7 @@ func TestResumeFrom(t *testing.T) {
 	if _, err := resumeFrom(dir, &results.Meta{Focus: "other", Skip: "s", Procs: 2}); err == nil {
 		t.Error("resumed from a directory that chose other tests")
 	}
+	if kept, err := resumeFrom(filepath.Join(dir, "new"), &results.Meta{}); err != nil || len(kept) != 0 {
+		t.Errorf("resuming a directory no run wrote: kept %v, err %v; want a first invocation", kept, err)
+	}
 }
