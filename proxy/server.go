@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
@@ -75,6 +76,7 @@ func NewServer(cfg *config.KubeProxyConfiguration, client API, nodeName string,
 			}
 			return st
 		}, s.Proxy.Health())
+		sh.listenFailed = s.serviceHealthFailed
 		byFamily[d.Family] = sh
 		s.serviceHealth = append(s.serviceHealth, sh)
 	}
@@ -144,6 +146,13 @@ func (e *listenError) Unwrap() error { return e.err }
 var failedServerReasons = map[string]string{
 	"healthz": events.ReasonFailedHealthServer,
 	"metrics": events.ReasonFailedMetricsServer,
+}
+
+// serviceHealthFailed records upstream's Warning event about a Service whose health-check node port
+// server cannot listen (the port is taken, say): a cloud load balancer probing it takes the node out.
+func (s *Server) serviceHealthFailed(nn types.NamespacedName, port int32, err error) {
+	s.events.Event(events.ServiceRef(nn), v1.EventTypeWarning, events.ReasonFailedServiceHealthcheck, events.ActionListen,
+		fmt.Sprintf("node %s failed to start healthcheck %q on port %d: %v", s.NodeName, nn.String(), port, err))
 }
 
 // serverFailed records the Warning event of a server that could not listen and returns err.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -128,5 +129,89 @@ func TestServerRecordsListenFailure(t *testing.T) {
 				t.Errorf("%s event: type %s, regarding %+v, note %q", tc.reason, e.Type, e.Regarding, e.Note)
 			}
 		})
+	}
+}
+
+// TestServerRecordsServiceHealthcheckFailure: a Service whose healthCheckNodePort is taken gets upstream's
+// Warning event about the Service (action Listen), once while the port stays taken, however many syncs
+// try again; once the port is free the server listens and answers.
+func TestServerRecordsServiceHealthcheckFailure(t *testing.T) {
+	busy, err := net.Listen("tcp4", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := int32(busy.Addr().(*net.TCPAddr).Port)
+	lb := func(try int32) *v1.Service { // each try changes a port, so that the proxy syncs again
+		return makeService("shop", "web", "10.0.0.10", withPort("http", v1.ProtocolTCP, 80, 30080),
+			withPort("try", v1.ProtocolTCP, 8000+try, 0), func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeLoadBalancer
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = port
+			})
+	}
+	cs := fake.NewClientset(makeNode(thisNode, "", []string{"InternalIP=192.168.0.1"}), lb(0))
+	cfg := config.Default()
+	cfg.HealthzBindAddress, cfg.MetricsBindAddress = "127.0.0.1:0", "127.0.0.1:0"
+	fd := newFakeDataplane()
+	s := NewServer(cfg, apitest.New(cs), thisNode, prometheus.NewRegistry(),
+		[]FamilyDataplane{{Family: v1.IPv4Protocol, Dataplane: fd}})
+	s.listenRetry = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	failures := func() []eventsv1.Event {
+		var out []eventsv1.Event
+		for _, e := range storedEvents(t, cs) {
+			if e.Reason == "FailedToStartServiceHealthcheck" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	eventually(t, "the health-check failure event", func() bool { return len(failures()) > 0 })
+	e := failures()[0]
+	want := v1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: "shop", Name: "web"}
+	wantNote := fmt.Sprintf(`node %s failed to start healthcheck "shop/web" on port %d: `, thisNode, port)
+	if e.Type != v1.EventTypeWarning || e.Regarding != want || e.Namespace != "shop" || e.Action != "Listen" ||
+		e.ReportingController != "kube-proxy" || !strings.HasPrefix(e.Note, wantNote) || !strings.Contains(e.Note, "address already in use") {
+		t.Fatalf("event: type %s, regarding %+v in %q, action %q, from %q, note %q", e.Type, e.Regarding, e.Namespace,
+			e.Action, e.ReportingController, e.Note)
+	}
+
+	applies := func() int { fd.mu.Lock(); defer fd.mu.Unlock(); return len(fd.calls) }
+	update := func(try int32) {
+		t.Helper()
+		n := applies()
+		if _, err := cs.CoreV1().Services("shop").Update(context.Background(), lb(try), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "a sync after the update", func() bool { return applies() > n })
+	}
+	update(1)
+	update(2)
+	time.Sleep(100 * time.Millisecond) // the Event of a sync is queued after its apply
+	if n := len(failures()); n != 1 {
+		t.Fatalf("%d failure events while the port stayed taken, want 1", n)
+	}
+
+	busy.Close()
+	update(3)
+	eventually(t, "the health-check server answering", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable // no local endpoints
+	})
+	if n := len(failures()); n != 1 {
+		t.Errorf("%d failure events, want still 1", n)
 	}
 }

@@ -27,9 +27,13 @@ type ServiceHealth struct {
 	addrs  func(*Snapshot) []netip.Addr
 	health *Health
 	listen func(network, addr string) (net.Listener, error)
+	// listenFailed, when set, is told the first time a Service's server cannot listen on a port (again
+	// after it listened, its port changed or it went away): the Server records upstream's Event.
+	listenFailed func(nn types.NamespacedName, port int32, err error)
 
 	mu       sync.RWMutex
 	services map[types.NamespacedName]*hcServer
+	failing  map[types.NamespacedName]int32 // the port each Service's server last failed to listen on
 }
 
 type hcServer struct {
@@ -55,7 +59,7 @@ func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Heal
 		return addrs
 	}
 	return &ServiceHealth{family: family, network: network, addrs: addrs, health: health,
-		listen: net.Listen, services: map[types.NamespacedName]*hcServer{}}
+		listen: net.Listen, services: map[types.NamespacedName]*hcServer{}, failing: map[types.NamespacedName]int32{}}
 }
 
 // Sync opens and closes servers to match the snapshot and updates their local endpoint counts: the number
@@ -89,14 +93,24 @@ func (s *ServiceHealth) Sync(snap *Snapshot) {
 			delete(s.services, nn)
 		}
 	}
+	for nn := range s.failing {
+		if _, ok := ports[nn]; !ok {
+			delete(s.failing, nn)
+		}
+	}
 	for nn, port := range ports {
 		hc := s.services[nn]
 		if hc == nil {
 			var err error
 			if hc, err = s.open(nn, port, addrs); err != nil {
 				klog.ErrorS(err, "Failed to start health check server", "service", nn, "port", port)
+				if s.failing[nn] != port && s.listenFailed != nil {
+					s.listenFailed(nn, port, err)
+				}
+				s.failing[nn] = port
 				continue
 			}
+			delete(s.failing, nn)
 			klog.V(2).InfoS("Opened health check server", "service", nn, "port", port, "ipFamily", s.family)
 			s.services[nn] = hc
 		}

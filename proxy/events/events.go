@@ -7,7 +7,9 @@
 // importing it links client-go's clientset and registers every API group Kubernetes has in a global scheme,
 // which made the daemon 10.6 MB larger and cost 8 MiB of resident memory (21 to 29 MiB idle) for the few
 // Events a kube-proxy records in its life. The broadcaster's one other duty, folding repeats of an event
-// into an EventSeries, has nothing to do here: every event is recorded at most once per process.
+// into an EventSeries, has nothing to do here: the node's Events are recorded at most once per process, and
+// a Service's health-check failure once until its server listens (upstream records it at every sync and
+// lets the broadcaster fold the repeats).
 package events
 
 import (
@@ -22,6 +24,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -35,7 +38,11 @@ const Controller = "kube-proxy"
 // ActionStart is the action of the Events recorded while kube-proxy starts, upstream's.
 const ActionStart = "StartKubeProxy"
 
-// The reasons of the Events upstream's cmd/kube-proxy/app records about the node.
+// ActionListen is the action of the Event about a Service's health-check server, upstream's.
+const ActionListen = "Listen"
+
+// The reasons of the Events upstream's cmd/kube-proxy/app records about the node, and (the last) its
+// service health-check server about a Service.
 const (
 	// ReasonStarting (Normal) says kube-proxy started: its servers listen and it watches the API.
 	ReasonStarting = "Starting"
@@ -47,6 +54,8 @@ const (
 	ReasonFailedHealthServer = "FailedToStartProxierHealthcheck"
 	// ReasonFailedMetricsServer (Warning) says the metrics server could not listen, with bindAddressHardFail.
 	ReasonFailedMetricsServer = "FailedToStartMetricServer"
+	// ReasonFailedServiceHealthcheck (Warning) says a Service's healthCheckNodePort server could not listen.
+	ReasonFailedServiceHealthcheck = "FailedToStartServiceHealthcheck"
 )
 
 // The notes of the mode warnings: upstream's words, which operators' alerts may match.
@@ -81,6 +90,11 @@ func StartWarnings(mode config.ProxyMode, modeDefaulted bool) []Warning {
 // NodeRef is the reference upstream's Events about the node carry in regarding: the Node by name only.
 func NodeRef(nodeName string) v1.ObjectReference {
 	return v1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: nodeName}
+}
+
+// ServiceRef is the reference upstream's Events about a Service carry in regarding: by namespace and name.
+func ServiceRef(nn types.NamespacedName) v1.ObjectReference {
+	return v1.ObjectReference{APIVersion: "v1", Kind: "Service", Namespace: nn.Namespace, Name: nn.Name}
 }
 
 // Sink creates Events in the API server; proxy.API is one.
