@@ -118,7 +118,7 @@ var upstreamMetrics = map[string]metricSpec{
 // nftables table): without one, only their descriptions are compared here; e2e/userspace reads them.
 var kernelOnly = []string{"kubeproxy_nftables_localhost_nodeport_rejected_packets_total"}
 
-// ownMetric reports the kubeproxy_ metrics of ours that upstream does not have (README's metrics section).
+// ownMetric reports the kubeproxy_ metrics of ours that upstream does not have (docs/METRICS.md).
 func ownMetric(name string) bool {
 	switch name {
 	case "kubeproxy_skipped_api_objects_total", "kubeproxy_sync_proxy_rules_failures_total", "kubeproxy_config_reloads_total",

@@ -11,6 +11,6 @@
 //
 // Each run (impl/mode/way) starts a kube-proxy on both nodes — ours or upstream's, as a process the
 // hard way or as the DaemonSet of packaging/kubernetes — runs the tests with the ginkgo CLI, records
-// the JUnit report, then stops it and removes its rules with --cleanup. See README.md for what it needs
+// the JUnit report, then stops it and removes its rules with --cleanup. See docs/TESTING.md for what it needs
 // and how long it takes.
 package main

@@ -696,7 +696,7 @@ var cases = map[string]func(*env) error{
 
 // vipPortReuseCase: one client address and port may connect to a one-pod Service's cluster IP and then to
 // its NodePort (or the other way round), with the first connection held open or closed: both answer. The
-// kernel's limitation README.md states for mode ipvs, measured and noted: the two connections started at
+// kernel's limitation docs/DIFFERENCES.md states for mode ipvs, measured and noted: the two connections started at
 // the same instant, one of them often times out.
 func vipPortReuseCase(e *env) error {
 	solo := port{name: "default/solo", clusterIP: "10.96.0.20", port: 80, eps: podEPs(80, 1),

@@ -799,7 +799,7 @@ type result struct {
 // workers' concurrent connections to a cluster IP and a NodePort of the same pods now and then start at
 // the same instant from the same port (a client picks its ports per destination), and the kernel's IPVS
 // does not keep two such connections apart when they reach the same pod: one of them times out (the
-// vip-port-reuse case; README.md). The rows measure the daemon, not that.
+// vip-port-reuse case; docs/DIFFERENCES.md). The rows measure the daemon, not that.
 type traffic struct {
 	mu       sync.Mutex
 	res      []result
