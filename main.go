@@ -102,7 +102,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	registry := prometheus.NewRegistry()
-	dp, err := rules.New(ctx, cfg, nodeName, registry, sockets)
+	mode, err := rules.New(ctx, cfg, nodeName, registry, sockets)
 	if err != nil {
 		return fmt.Errorf("setting up the %s dataplane: %w", cfg.Mode, err)
 	}
@@ -110,7 +110,14 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		klog.InfoS("Initialization done (--init-only)")
 		return nil
 	}
-	srv := proxy.NewServer(cfg, client, nodeName, registry, dp)
+	srv := proxy.NewServer(cfg, client, nodeName, registry, mode.Dataplanes)
+	go func() { // other modes' rules go once ours are in place, so that Services keep working through a switch
+		select {
+		case <-srv.Proxy.Ready():
+			mode.AfterReady(ctx)
+		case <-ctx.Done():
+		}
+	}()
 	srv.FlagOverrides = opts.Overrides(fs)
 	srv.ModeDefaulted = opts.ModeDefaulted(fs)
 	srv.Flags = fs

@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
+
+	"kube-proxy/config"
 )
 
 // benchObjects returns n Services, each with one EndpointSlice of m ready endpoints (half of them on this
@@ -86,7 +88,10 @@ func BenchmarkSnapshot(b *testing.B) {
 
 type nopDataplane struct{}
 
-func (nopDataplane) Apply(context.Context, *Snapshot, bool) error { return nil }
+func (nopDataplane) Apply(context.Context, *Snapshot, bool) error          { return nil }
+func (nopDataplane) Reconfigure(*config.KubeProxyConfiguration) error      { return nil }
+func (nopDataplane) Watch(context.Context, time.Duration, func(full bool)) {}
+func (nopDataplane) Stop(context.Context)                                  {}
 
 // BenchmarkProxySyncOneChange measures one sync of the Proxy (snapshot, metrics, health, no-op dataplane)
 // after one endpoint change at 10,000 Services × 10 endpoints: what the loop itself adds per change.

@@ -16,31 +16,25 @@ import (
 	"kube-proxy/config"
 )
 
-// Dataplane programs the kernel for one IP family. Apply must leave working rules in place when it fails.
+// Dataplane programs the kernel for one IP family: a mode (iptables, ipvs, nftables, userspace) implements
+// it once per family, and the Proxy drives it. Every mode implements all of it, so the Proxy never asks
+// what a dataplane can do; a mode with nothing to do in a method returns at once.
 type Dataplane interface {
 	// Apply makes the kernel match snap. When full is false the dataplane may rewrite only what changed
 	// since the last snapshot it applied successfully (see Snapshot.Changes); after any failure of its own
-	// it must treat the next call as full.
+	// it must treat the next call as full. It must leave working rules in place when it fails.
 	Apply(ctx context.Context, snap *Snapshot, full bool) error
-}
-
-// Reconfigurer is implemented by dataplanes whose rules depend on configuration fields that may change on
-// a live reload (masqueradeAll, clusterCIDR, nodePortAddresses, ...). Reconfigure is called on the sync
-// goroutine, before the full sync that applies the new configuration; an error keeps the old one.
-type Reconfigurer interface {
+	// Reconfigure takes a reloaded configuration whose fields may change the rules (masqueradeAll,
+	// clusterCIDR, nodePortAddresses, ...). It is called on the sync goroutine, before the full sync that
+	// applies the new configuration; an error keeps the old one.
 	Reconfigure(cfg *config.KubeProxyConfiguration) error
-}
-
-// Watcher is implemented by dataplanes that watch their kernel state between syncs: they call sync to ask
-// for one, full when their state was removed behind their back (a firewall reload flushing iptables, say).
-type Watcher interface {
+	// Watch watches the dataplane's kernel state between syncs until ctx is done, calling sync to ask for
+	// one, full when its state was removed behind its back (a firewall reload flushing iptables, say).
+	// interval is the sync period. A dataplane with nothing to watch returns at once.
 	Watch(ctx context.Context, interval time.Duration, sync func(full bool))
-}
-
-// Stopper is implemented by dataplanes that have work to finish when the daemon stops (mode userspace: the
-// connections its proxy engine carries). Stop is called once the sync loop has ended and must return by
-// ctx's deadline; it must leave the rules in place.
-type Stopper interface {
+	// Stop finishes what the dataplane has under way when the daemon stops (mode userspace: the
+	// connections its proxy engine carries). It is called once the sync loop has ended, must return by
+	// ctx's deadline, and must leave the rules in place.
 	Stop(ctx context.Context)
 }
 
@@ -82,6 +76,9 @@ type Proxy struct {
 	readyOnce sync.Once
 	ready     chan struct{}
 
+	// dataplanes holds opts.Dataplanes by family, which is how each sync pairs them with its snapshots.
+	dataplanes map[v1.IPFamily]Dataplane
+
 	mu   sync.Mutex
 	last map[v1.IPFamily]*Snapshot
 	// reload is a reloaded configuration for the dataplanes, picked up by the next sync.
@@ -91,10 +88,12 @@ type Proxy struct {
 // New returns a Proxy. Feed it events through Tracker (or Run, which starts the API watches) and start syncing
 // with Run.
 func New(o Options) *Proxy {
-	p := &Proxy{opts: o, ready: make(chan struct{}), last: map[v1.IPFamily]*Snapshot{}}
+	p := &Proxy{opts: o, ready: make(chan struct{}), last: map[v1.IPFamily]*Snapshot{},
+		dataplanes: make(map[v1.IPFamily]Dataplane, len(o.Dataplanes))}
 	families := make([]v1.IPFamily, 0, len(o.Dataplanes))
 	for _, d := range o.Dataplanes {
 		families = append(families, d.Family)
+		p.dataplanes[d.Family] = d.Dataplane
 	}
 	p.metrics = NewMetrics(o.Registry)
 	for _, f := range families {
@@ -185,8 +184,8 @@ func IsRefused(err error) bool {
 	return errors.As(err, &r)
 }
 
-// reconfigure offers a pending configuration to every dataplane that takes one: it goes to all of them
-// or, when one refuses it, to none. A refusal is the reload's outcome, not a failure of the sync.
+// reconfigure offers a pending configuration to the dataplanes: it goes to all of them or, when one
+// refuses it, to none. A refusal is the reload's outcome, not a failure of the sync.
 func (p *Proxy) reconfigure() {
 	p.mu.Lock()
 	pc := p.reload
@@ -198,12 +197,10 @@ func (p *Proxy) reconfigure() {
 	var errs []error
 	var took []FamilyDataplane
 	for _, d := range p.opts.Dataplanes {
-		if r, ok := d.Dataplane.(Reconfigurer); ok {
-			if err := r.Reconfigure(pc.cfg); err != nil {
-				errs = append(errs, fmt.Errorf("reconfiguring the %s dataplane: %w", d.Family, err))
-			} else {
-				took = append(took, d)
-			}
+		if err := d.Dataplane.Reconfigure(pc.cfg); err != nil {
+			errs = append(errs, fmt.Errorf("reconfiguring the %s dataplane: %w", d.Family, err))
+		} else {
+			took = append(took, d)
 		}
 	}
 	if len(errs) == 0 {
@@ -212,7 +209,7 @@ func (p *Proxy) reconfigure() {
 	}
 	if pc.running != nil {
 		for _, d := range took {
-			if err := d.Dataplane.(Reconfigurer).Reconfigure(pc.running); err != nil {
+			if err := d.Dataplane.Reconfigure(pc.running); err != nil {
 				klog.ErrorS(err, "Could not put the running configuration back", "ipFamily", d.Family)
 			}
 		}
@@ -248,23 +245,19 @@ func (p *Proxy) SyncFailures() (n int, since time.Time, last error) { return p.r
 // have synced.
 func (p *Proxy) Loop(ctx context.Context) {
 	for _, d := range p.opts.Dataplanes {
-		if w, ok := d.Dataplane.(Watcher); ok {
-			go w.Watch(ctx, p.opts.SyncPeriod, p.runner.Request)
-		}
+		go d.Dataplane.Watch(ctx, p.opts.SyncPeriod, p.runner.Request)
 	}
 	p.runner.Loop(ctx)
 	p.stopDataplanes()
 }
 
-// stopDataplanes calls Stop on the dataplanes that have it, the families at once, within stopTimeout.
+// stopDataplanes calls every dataplane's Stop, the families at once, within stopTimeout.
 func (p *Proxy) stopDataplanes() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, d := range p.opts.Dataplanes {
-		if s, ok := d.Dataplane.(Stopper); ok {
-			wg.Go(func() { s.Stop(ctx) })
-		}
+		wg.Go(func() { d.Dataplane.Stop(ctx) })
 	}
 	wg.Wait()
 }
@@ -279,8 +272,8 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 	build := p.tracker.Snapshots()
 	var errs []error
 	var failed Build
-	for i, snap := range build.Snapshots {
-		dp := p.opts.Dataplanes[i]
+	for _, snap := range build.Snapshots {
+		dp := p.dataplanes[snap.Family]
 		family := string(snap.Family)
 		t0 := time.Now()
 		var err error
@@ -288,7 +281,7 @@ func (p *Proxy) sync(ctx context.Context, full bool) error {
 			err = applyFault(snap.Family)
 		}
 		if err == nil {
-			err = safeApply(ctx, dp.Dataplane, snap, full)
+			err = safeApply(ctx, dp, snap, full)
 		}
 		if err != nil {
 			// The changes stay queued (their health clock keeps running, as upstream's does); a failure

@@ -19,6 +19,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+
+	"kube-proxy/config"
 )
 
 // fakeDataplane keeps the Service ports it was given the way a real dataplane keeps kernel state: a full
@@ -41,6 +43,15 @@ type applyCall struct {
 func newFakeDataplane() *fakeDataplane {
 	return &fakeDataplane{state: map[ServicePortName]*ServicePort{}}
 }
+
+// Reconfigure takes any configuration (reconfigDataplane records and refuses them).
+func (f *fakeDataplane) Reconfigure(*config.KubeProxyConfiguration) error { return nil }
+
+// Watch has nothing to watch.
+func (f *fakeDataplane) Watch(context.Context, time.Duration, func(full bool)) {}
+
+// Stop has nothing to finish (stoppingDataplane has).
+func (f *fakeDataplane) Stop(context.Context) {}
 
 func (f *fakeDataplane) Apply(_ context.Context, snap *Snapshot, full bool) error {
 	f.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -19,61 +20,76 @@ import (
 	"kube-proxy/rules/xtables"
 )
 
+// Mode is the configured mode, built for every IP family the node can program.
+type Mode struct {
+	// Dataplanes holds one dataplane per family, primary family first.
+	Dataplanes []proxy.FamilyDataplane
+	// what names what cleanOthers removes, for the log.
+	what        string
+	cleanOthers func(ctx context.Context) error
+	sockets     Sockets
+}
+
 // New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
-// Once every family has been synced, what the other modes left on the node is removed (theirs or
-// upstream's): mode nftables removes the iptables, IPVS and userspace rules, modes iptables and ipvs the
-// nftables tables and mode userspace's capture chains, mode userspace the other three modes' rules.
-// Upstream removes them before its first sync; waiting for ours means Services keep working through a
-// switch (the first NAT rule a connection meets wins, so both sets of rules may coexist).
 //
 // sockets (nil: none) is the service manager's store of listening sockets: mode userspace's proxy engines
-// take up the listeners an earlier process stored there and store the ones they open; after the first
-// sync of every family, in any mode, what no one took is released.
+// take up the listeners an earlier process stored there and store the ones they open.
 //
 // On reg go the mode's metrics, as upstream registers them per mode, and kubernetes_feature_enabled, which
 // upstream's feature gate registers in every mode.
-func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) ([]proxy.FamilyDataplane, error) {
+func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) (*Mode, error) {
 	proxy.RegisterFeatureGates(reg, cfg)
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}
-	var (
-		dps    []proxy.FamilyDataplane
-		err    error
-		others = func(ctx context.Context) error { return errors.Join(nftables.Cleanup(ctx), cleanupUserspace(ctx)) }
-		what   = "nftables and userspace modes' rules"
-	)
+	m := &Mode{
+		cleanOthers: func(ctx context.Context) error { return errors.Join(nftables.Cleanup(ctx), cleanupUserspace(ctx)) },
+		what:        "nftables and userspace modes' rules",
+		sockets:     sockets,
+	}
+	var err error
 	switch cfg.Mode {
 	case config.ModeIPTables, "":
-		dps, err = newIPTables(ctx, cfg, reg)
+		m.Dataplanes, err = newIPTables(ctx, cfg, reg)
 	case config.ModeIPVS:
-		dps, err = newIPVS(ctx, cfg, nodeName, reg)
+		m.Dataplanes, err = newIPVS(ctx, cfg, nodeName, reg)
 	case config.ModeNFTables:
-		dps, err = newNFTables(cfg, reg)
-		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), cleanupUserspace(ctx)) }
-		what = "iptables, IPVS and userspace modes' rules"
+		m.Dataplanes, err = newNFTables(cfg, reg)
+		m.cleanOthers = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), cleanupUserspace(ctx)) }
+		m.what = "iptables, IPVS and userspace modes' rules"
 	case config.ModeUserspace:
 		var es engine.Sockets
 		if sockets != nil {
 			es = sockets
 		}
-		dps, err = newUserspace(ctx, cfg, nodeName, reg, es)
-		others = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx)) }
-		what = "iptables, IPVS and nftables modes' rules"
+		m.Dataplanes, err = newUserspace(ctx, cfg, nodeName, reg, es)
+		m.cleanOthers = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx)) }
+		m.what = "iptables, IPVS and nftables modes' rules"
 	default:
 		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs, nftables or userspace)", cfg.Mode)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if sockets != nil {
-		clean := others
-		others = func(ctx context.Context) error {
-			sockets.ReleaseUnclaimed()
-			return clean(ctx)
-		}
+	return m, nil
+}
+
+// AfterReady removes what the other modes left on the node (theirs or upstream's), and releases the stored
+// sockets no one took; call it once every family has synced (proxy.Proxy.Ready). Mode nftables removes the
+// iptables, IPVS and userspace rules, modes iptables and ipvs the nftables tables and mode userspace's
+// capture chains, mode userspace the other three modes' rules. Upstream removes them before its first
+// sync; waiting for ours means Services keep working through a switch (the first NAT rule a connection
+// meets wins, so both sets of rules may coexist).
+func (m *Mode) AfterReady(ctx context.Context) {
+	if m.sockets != nil {
+		m.sockets.ReleaseUnclaimed()
 	}
-	return afterFirstSync(ctx, dps, what, others), nil
+	start := time.Now()
+	if err := m.cleanOthers(ctx); err != nil {
+		klog.ErrorS(err, "Could not remove what other modes left", "what", m.what)
+		return
+	}
+	klog.V(2).InfoS("Removed what other modes left, if anything", "what", m.what, "elapsed", time.Since(start))
 }
 
 // Sockets is the service manager's store of listening sockets (systemd.FDStore).

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 )
 
@@ -39,6 +41,11 @@ func newRecorder(family v1.IPFamily) *recorder {
 		seen:   map[*proxy.ServicePort]portView{},
 	}
 }
+
+// Reconfigure, Watch and Stop implement proxy.Dataplane: the model never reloads, watches or drains.
+func (r *recorder) Reconfigure(*config.KubeProxyConfiguration) error      { return nil }
+func (r *recorder) Watch(context.Context, time.Duration, func(full bool)) {}
+func (r *recorder) Stop(context.Context)                                  {}
 
 // Apply implements proxy.Dataplane. It never fails: the checks are recorded and read with Errors.
 func (r *recorder) Apply(_ context.Context, snap *proxy.Snapshot, full bool) error {

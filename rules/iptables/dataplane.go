@@ -71,10 +71,7 @@ type Dataplane struct {
 // are rewritten at every periodic sync.
 const fullSyncEvery = time.Hour
 
-var (
-	_ proxy.Dataplane    = (*Dataplane)(nil)
-	_ proxy.Reconfigurer = (*Dataplane)(nil)
-)
+var _ proxy.Dataplane = (*Dataplane)(nil)
 
 // NewDataplane returns the dataplane of cfg.Family writing through k (an *xtables.Runner in production).
 // With a (an *nfacct.Client; nil when the kernel has no nfacct) it creates upstream's nfacct counters on
@@ -294,6 +291,9 @@ func (d *Dataplane) existingChains(ctx context.Context) (map[string][]string, er
 	}
 	return out, nil
 }
+
+// Stop does nothing: the kernel carries mode iptables' traffic, and the rules stay when the daemon stops.
+func (d *Dataplane) Stop(context.Context) {}
 
 // Watch checks every interval that our canary chains and the jumps into KUBE-SERVICES and
 // KUBE-POSTROUTING are still there; when someone removed them (a firewall reload, `iptables -F`), it logs

@@ -19,8 +19,7 @@ import (
 )
 
 // Dataplane programs IPVS mode for one IP family: IPVS virtual and real servers, the addresses on
-// kube-ipvs0, the ipsets and the iptables rules that match them. It implements proxy.Dataplane and
-// proxy.Reconfigurer.
+// kube-ipvs0, the ipsets and the iptables rules that match them. It implements proxy.Dataplane.
 type Dataplane struct {
 	family v1.IPFamily
 	k      kernel
@@ -66,10 +65,7 @@ func (p *phaseTimer) done(step string) {
 	p.last = now
 }
 
-var (
-	_ proxy.Dataplane    = (*Dataplane)(nil)
-	_ proxy.Reconfigurer = (*Dataplane)(nil)
-)
+var _ proxy.Dataplane = (*Dataplane)(nil)
 
 // model is what the kernel holds, as far as the dataplane knows. Set members are not in it: they are
 // read at full syncs, and between them the kernel holds what the plan wanted (see touched).

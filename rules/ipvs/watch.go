@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
-
-	"kube-proxy/proxy"
 )
 
-var _ proxy.Watcher = (*Dataplane)(nil)
+// Stop does nothing: the kernel's IPVS carries the traffic, and the virtual servers stay when the daemon
+// stops.
+func (d *Dataplane) Stop(context.Context) {}
 
 // watchRetry is how long the address watch waits before subscribing again after a failure.
 var watchRetry = 5 * time.Second

@@ -70,10 +70,7 @@ type Dataplane struct {
 	last *proxy.Snapshot
 }
 
-var (
-	_ proxy.Dataplane    = (*Dataplane)(nil)
-	_ proxy.Reconfigurer = (*Dataplane)(nil)
-)
+var _ proxy.Dataplane = (*Dataplane)(nil)
 
 // newDataplane returns the dataplane of cfg.Family writing through k.
 func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
@@ -99,6 +96,10 @@ func ConfigFrom(c *config.KubeProxyConfiguration, family v1.IPFamily) (Config, e
 	gate := LocalhostNodePortsGate(c)
 	return Config{Settings: s, LocalhostReject: gate, LocalhostProxy: gate && hasLoopback(s.NodePortAddresses)}, nil
 }
+
+// Stop does nothing: the kernel carries mode nftables' traffic, and the table stays when the daemon stops.
+// The localhost NodePort listeners close with the process.
+func (d *Dataplane) Stop(context.Context) {}
 
 // Reconfigure takes a reloaded configuration file. A change to what the table depends on makes the next
 // sync compare every Service port and write what differs; a change to the localhost NodePort gate

@@ -48,10 +48,7 @@ type Dataplane struct {
 	written []byte
 }
 
-var (
-	_ proxy.Dataplane = (*Dataplane)(nil)
-	_ proxy.Stopper   = (*Dataplane)(nil)
-)
+var _ proxy.Dataplane = (*Dataplane)(nil)
 
 // NewDataplane returns the dataplane of cfg.Family, writing rules through k and proxying with e. c may be
 // nil (no conntrack cleanup).
@@ -156,6 +153,10 @@ func (d *Dataplane) Stop(ctx context.Context) {
 	left := d.engine.Drain(ctx)
 	klog.InfoS("Userspace proxy drained", "ipFamily", d.family, "elapsed", time.Since(start), "cutShort", left)
 }
+
+// Watch returns at once: mode userspace does not watch the kernel between syncs; its syncs alone put its
+// capture rules back: every full sync (each sync period) writes them all.
+func (d *Dataplane) Watch(context.Context, time.Duration, func(full bool)) {}
 
 func (d *Dataplane) ensureJumps() error {
 	for table, chains := range Chains() {

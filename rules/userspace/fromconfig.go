@@ -51,5 +51,3 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	}
 	return nil
 }
-
-var _ proxy.Reconfigurer = (*Dataplane)(nil)
