@@ -220,19 +220,10 @@ func parseMark(s string) (value, mask uint32, hasMask bool, err error) {
 // ParseRule parses the words of a rule after "-A chain" (or "-I chain [n]"). ipv6 selects the family the
 // addresses must belong to.
 func ParseRule(args []string, ipv6 bool) (*Rule, error) {
-	r := &Rule{ipv6: ipv6}
-	var cur *Match // the match options attach to
+	p := &ruleParser{r: &Rule{ipv6: ipv6}, args: args}
 	not := false
-	inTarget := false
-	next := func(i *int, opt string) (string, error) {
-		if *i+1 >= len(args) {
-			return "", fmt.Errorf("option %q requires an argument", opt)
-		}
-		*i++
-		return args[*i], nil
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
+	for ; p.i < len(args); p.i++ {
+		a := args[p.i]
 		if a == "!" {
 			if not {
 				return nil, fmt.Errorf("multiple \"!\"")
@@ -240,126 +231,182 @@ func ParseRule(args []string, ipv6 bool) (*Rule, error) {
 			not = true
 			continue
 		}
-		var v string
-		var err error
 		wasNot := not
 		not = false
-		switch a {
-		case "-s", "--source", "-d", "--destination":
-			if v, err = next(&i, a); err != nil {
-				return nil, err
-			}
-			p, err := parsePrefix(v, ipv6)
-			if err != nil {
-				return nil, err
-			}
-			if a == "-s" || a == "--source" {
-				r.Src, r.NotSrc = p, wasNot
-			} else {
-				r.Dst, r.NotDst = p, wasNot
-			}
-			continue
-		case "-i", "--in-interface", "-o", "--out-interface":
-			if v, err = next(&i, a); err != nil {
-				return nil, err
-			}
-			if a == "-i" || a == "--in-interface" {
-				r.In, r.NotIn = v, wasNot
-			} else {
-				r.Out, r.NotOut = v, wasNot
-			}
-			continue
-		case "-p", "--protocol":
-			if v, err = next(&i, a); err != nil {
-				return nil, err
-			}
-			r.Proto, r.NotProto = strings.ToLower(v), wasNot
-			continue
-		case "-m", "--match":
-			if wasNot {
-				return nil, fmt.Errorf("\"!\" before -m")
-			}
-			if v, err = next(&i, a); err != nil {
-				return nil, err
-			}
-			switch v {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack", "set", "physdev", "ipvs", "nfacct":
-			default:
-				return nil, fmt.Errorf("couldn't load match %q: not supported by iptrace", v)
-			}
-			cur = &Match{Module: v, ipv6: ipv6}
-			r.Matches = append(r.Matches, cur)
-			inTarget = false
-			continue
-		case "-j", "--jump", "-g", "--goto":
-			if wasNot {
-				return nil, fmt.Errorf("\"!\" before %s", a)
-			}
-			if r.Target != "" {
-				return nil, fmt.Errorf("multiple targets")
-			}
-			if v, err = next(&i, a); err != nil {
-				return nil, err
-			}
-			r.Target, r.Goto = v, a == "-g" || a == "--goto"
-			inTarget = true
-			if r.Target == "REJECT" {
-				r.RejectWith = "icmp-port-unreachable"
-				if ipv6 {
-					r.RejectWith = "icmp6-port-unreachable"
-				}
-			}
-			continue
-		}
-		if !strings.HasPrefix(a, "--") {
-			return nil, fmt.Errorf("bad argument %q", a)
-		}
-		if inTarget {
-			if wasNot {
-				return nil, fmt.Errorf("\"!\" before target option %s", a)
-			}
-			if err := r.targetOption(a, &i, args, next); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if cur == nil || !cur.accepts(a) {
-			// An option of the protocol match iptables loads implicitly for "-p tcp --dport 80".
-			if (a == "--dport" || a == "--sport" || a == "--destination-port" || a == "--source-port") &&
-				(r.Proto == "tcp" || r.Proto == "udp" || r.Proto == "sctp") {
-				cur = &Match{Module: r.Proto}
-				r.Matches = append(r.Matches, cur)
-			} else {
-				return nil, fmt.Errorf("unknown option %q", a)
-			}
-		}
-		if err := cur.option(a, wasNot, &i, next); err != nil {
+		if err := p.word(a, wasNot); err != nil {
 			return nil, err
 		}
 	}
 	if not {
 		return nil, fmt.Errorf("\"!\" at the end")
 	}
+	if err := p.r.check(); err != nil {
+		return nil, err
+	}
+	return p.r, nil
+}
+
+// ruleParser is ParseRule's state: the rule so far, the words and the index of the current one.
+type ruleParser struct {
+	r        *Rule
+	args     []string
+	i        int
+	cur      *Match // the match options attach to
+	inTarget bool   // after -j or -g, until the next -m: options are the target's
+}
+
+// next takes the argument of option opt, the word after index *i, and moves *i to it.
+func (p *ruleParser) next(i *int, opt string) (string, error) {
+	if *i+1 >= len(p.args) {
+		return "", fmt.Errorf("option %q requires an argument", opt)
+	}
+	*i++
+	return p.args[*i], nil
+}
+
+// word parses the word a and the arguments it takes; not tells whether "!" came before it.
+func (p *ruleParser) word(a string, not bool) error {
+	switch a {
+	case "-s", "--source", "-d", "--destination":
+		return p.address(a, not)
+	case "-i", "--in-interface", "-o", "--out-interface":
+		return p.iface(a, not)
+	case "-p", "--protocol":
+		v, err := p.next(&p.i, a)
+		if err != nil {
+			return err
+		}
+		p.r.Proto, p.r.NotProto = strings.ToLower(v), not
+		return nil
+	case "-m", "--match":
+		return p.match(a, not)
+	case "-j", "--jump", "-g", "--goto":
+		return p.target(a, not)
+	}
+	if !strings.HasPrefix(a, "--") {
+		return fmt.Errorf("bad argument %q", a)
+	}
+	if p.inTarget {
+		if not {
+			return fmt.Errorf("\"!\" before target option %s", a)
+		}
+		return p.r.targetOption(a, &p.i, p.args, p.next)
+	}
+	return p.matchOption(a, not)
+}
+
+// address parses -s or -d.
+func (p *ruleParser) address(a string, not bool) error {
+	v, err := p.next(&p.i, a)
+	if err != nil {
+		return err
+	}
+	prefix, err := parsePrefix(v, p.r.ipv6)
+	if err != nil {
+		return err
+	}
+	if a == "-s" || a == "--source" {
+		p.r.Src, p.r.NotSrc = prefix, not
+	} else {
+		p.r.Dst, p.r.NotDst = prefix, not
+	}
+	return nil
+}
+
+// iface parses -i or -o.
+func (p *ruleParser) iface(a string, not bool) error {
+	v, err := p.next(&p.i, a)
+	if err != nil {
+		return err
+	}
+	if a == "-i" || a == "--in-interface" {
+		p.r.In, p.r.NotIn = v, not
+	} else {
+		p.r.Out, p.r.NotOut = v, not
+	}
+	return nil
+}
+
+// match parses -m, which starts a match the options after it attach to.
+func (p *ruleParser) match(a string, not bool) error {
+	if not {
+		return fmt.Errorf("\"!\" before -m")
+	}
+	v, err := p.next(&p.i, a)
+	if err != nil {
+		return err
+	}
+	switch v {
+	case "comment", "tcp", "udp", "sctp", "addrtype", "statistic", "recent", "mark", "conntrack", "set", "physdev", "ipvs", "nfacct":
+	default:
+		return fmt.Errorf("couldn't load match %q: not supported by iptrace", v)
+	}
+	p.cur = &Match{Module: v, ipv6: p.r.ipv6}
+	p.r.Matches = append(p.r.Matches, p.cur)
+	p.inTarget = false
+	return nil
+}
+
+// target parses -j or -g, which the options after it belong to.
+func (p *ruleParser) target(a string, not bool) error {
+	if not {
+		return fmt.Errorf("\"!\" before %s", a)
+	}
+	if p.r.Target != "" {
+		return fmt.Errorf("multiple targets")
+	}
+	v, err := p.next(&p.i, a)
+	if err != nil {
+		return err
+	}
+	p.r.Target, p.r.Goto = v, a == "-g" || a == "--goto"
+	p.inTarget = true
+	if p.r.Target == "REJECT" {
+		p.r.RejectWith = "icmp-port-unreachable"
+		if p.r.ipv6 {
+			p.r.RejectWith = "icmp6-port-unreachable"
+		}
+	}
+	return nil
+}
+
+// matchOption parses an option of the current match, or of the protocol match iptables loads implicitly.
+func (p *ruleParser) matchOption(a string, not bool) error {
+	if p.cur == nil || !p.cur.accepts(a) {
+		// An option of the protocol match iptables loads implicitly for "-p tcp --dport 80".
+		if (a == "--dport" || a == "--sport" || a == "--destination-port" || a == "--source-port") &&
+			(p.r.Proto == "tcp" || p.r.Proto == "udp" || p.r.Proto == "sctp") {
+			p.cur = &Match{Module: p.r.Proto}
+			p.r.Matches = append(p.r.Matches, p.cur)
+		} else {
+			return fmt.Errorf("unknown option %q", a)
+		}
+	}
+	return p.cur.option(a, not, &p.i, p.next)
+}
+
+// check checks a parsed rule as a whole: its matches, then the options its target requires.
+func (r *Rule) check() error {
 	for _, m := range r.Matches {
 		if err := m.check(r); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	switch r.Target {
 	case "DNAT":
 		if r.ToDestination == "" {
-			return nil, fmt.Errorf("DNAT needs --to-destination")
+			return fmt.Errorf("DNAT needs --to-destination")
 		}
 	case "REDIRECT":
 		if r.ToPorts != 0 && r.Proto != "tcp" && r.Proto != "udp" && r.Proto != "sctp" {
-			return nil, fmt.Errorf("REDIRECT --to-ports needs -p tcp, udp or sctp")
+			return fmt.Errorf("REDIRECT --to-ports needs -p tcp, udp or sctp")
 		}
 	case "MARK":
 		if !r.markSet {
-			return nil, fmt.Errorf("MARK target: parameter required")
+			return fmt.Errorf("MARK target: parameter required")
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func (r *Rule) targetOption(a string, i *int, args []string, next func(*int, string) (string, error)) error {
@@ -457,53 +504,110 @@ func (m *Match) accepts(opt string) bool {
 
 func (m *Match) option(a string, not bool, i *int, next func(*int, string) (string, error)) error {
 	var v string
-	var err error
-	needsArg := !(a == "--set" || a == "--rcheck" || a == "--update" || a == "--remove" || a == "--reap" || a == "--rsource" ||
-		a == "--physdev-is-in")
-	if needsArg {
+	if optionTakesArg(a) {
+		var err error
 		if v, err = next(i, a); err != nil {
 			return err
 		}
 	}
 	if not {
-		switch a {
-		case "--dport", "--sport", "--destination-port", "--source-port", "--src-type", "--dst-type", "--mark", "--ctstate",
-			"--rcheck", "--set", "--update", "--remove", "--match-set", "--physdev-is-in", "--vaddr", "--vport", "--vproto":
-		default:
+		if !negatable(a) {
 			return fmt.Errorf("\"!\" not allowed before %s", a)
 		}
 		if m.Not == nil {
 			m.Not = map[string]bool{}
 		}
 	}
-	key := a
+	key, err := m.setOption(a, v, i, next)
+	if err != nil {
+		return err
+	}
+	if not {
+		m.Not[key] = true
+	}
+	return nil
+}
+
+// optionTakesArg reports whether a match option takes an argument.
+func optionTakesArg(a string) bool {
+	return !(a == "--set" || a == "--rcheck" || a == "--update" || a == "--remove" || a == "--reap" || a == "--rsource" ||
+		a == "--physdev-is-in")
+}
+
+// negatable reports whether a match option may have "!" in front.
+func negatable(a string) bool {
+	switch a {
+	case "--dport", "--sport", "--destination-port", "--source-port", "--src-type", "--dst-type", "--mark", "--ctstate",
+		"--rcheck", "--set", "--update", "--remove", "--match-set", "--physdev-is-in", "--vaddr", "--vport", "--vproto":
+		return true
+	}
+	return false
+}
+
+// setOption sets match option a, whose argument (if it takes one) is v, and returns the name its "!" is
+// kept under.
+func (m *Match) setOption(a, v string, i *int, next func(*int, string) (string, error)) (key string, err error) {
 	switch a {
 	case "--comment":
 		if len(v) > 256 {
-			return fmt.Errorf("comment may not exceed 256 characters")
+			return a, fmt.Errorf("comment may not exceed 256 characters")
 		}
 		m.Comment = v
 	case "--dport", "--destination-port":
-		key = "--dport"
-		if err := checkPorts(v); err != nil {
-			return err
-		}
-		m.DPort = v
+		return "--dport", setPorts(&m.DPort, v)
 	case "--sport", "--source-port":
-		key = "--sport"
-		if err := checkPorts(v); err != nil {
-			return err
-		}
-		m.SPort = v
+		return "--sport", setPorts(&m.SPort, v)
 	case "--src-type", "--dst-type":
-		if v != "LOCAL" && v != "UNICAST" && v != "BROADCAST" && v != "MULTICAST" && v != "UNSPEC" {
-			return fmt.Errorf("addrtype %q not supported by iptrace", v)
+		return a, m.addrtypeOption(a, v)
+	case "--mode", "--probability":
+		return a, m.statisticOption(a, v)
+	case "--name", "--set", "--rcheck", "--update", "--remove", "--seconds", "--reap", "--rsource", "--mask":
+		return a, m.recentOption(a, v)
+	case "--mark":
+		m.MarkValue, m.MarkMask, m.HasMask, err = parseMark(v)
+		return a, err
+	case "--nfacct-name":
+		if v == "" || len(v) > 31 {
+			return a, fmt.Errorf("nfacct-name %q: must be 1 to 31 characters", v)
 		}
-		if a == "--src-type" {
-			m.SrcType = v
-		} else {
-			m.DstType = v
-		}
+		m.NFAcctName = v
+	case "--ctstate":
+		return a, m.ctstateOption(v)
+	case "--match-set":
+		return a, m.setMatchOption(a, v, i, next)
+	case "--physdev-is-in":
+		m.PhysdevIsIn = true
+	case "--vaddr", "--vport", "--vproto":
+		return a, m.ipvsOption(a, v)
+	}
+	return a, nil
+}
+
+// setPorts sets a tcp, udp or sctp port match to v, a port or a range.
+func setPorts(dst *string, v string) error {
+	if err := checkPorts(v); err != nil {
+		return err
+	}
+	*dst = v
+	return nil
+}
+
+// addrtypeOption sets --src-type or --dst-type.
+func (m *Match) addrtypeOption(a, v string) error {
+	if v != "LOCAL" && v != "UNICAST" && v != "BROADCAST" && v != "MULTICAST" && v != "UNSPEC" {
+		return fmt.Errorf("addrtype %q not supported by iptrace", v)
+	}
+	if a == "--src-type" {
+		m.SrcType = v
+	} else {
+		m.DstType = v
+	}
+	return nil
+}
+
+// statisticOption sets --mode (random only) or --probability.
+func (m *Match) statisticOption(a, v string) error {
+	switch a {
 	case "--mode":
 		if v != "random" {
 			return fmt.Errorf("statistic mode %q not supported by iptrace", v)
@@ -516,6 +620,13 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 		// The kernel keeps the probability as a fraction of 2^31.
 		m.Probability = float64(uint32(math.Round(p*0x80000000))) / 0x80000000
 		m.hasProb = true
+	}
+	return nil
+}
+
+// recentOption sets an option of the recent match.
+func (m *Match) recentOption(a, v string) error {
+	switch a {
 	case "--name":
 		m.RecentName = v
 	case "--set", "--rcheck", "--update", "--remove":
@@ -534,46 +645,48 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 	case "--rsource":
 	case "--mask":
 		// Only the full mask is generated; accept it as iptables-save prints it.
-	case "--mark":
-		m.MarkValue, m.MarkMask, m.HasMask, err = parseMark(v)
-		if err != nil {
-			return err
+	}
+	return nil
+}
+
+// ctstateOption sets --ctstate, a list of states.
+func (m *Match) ctstateOption(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		switch s {
+		case "NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT":
+		default:
+			return fmt.Errorf("bad ctstate %q", s)
 		}
-	case "--nfacct-name":
-		if v == "" || len(v) > 31 {
-			return fmt.Errorf("nfacct-name %q: must be 1 to 31 characters", v)
+	}
+	m.CtStates = strings.Split(v, ",")
+	return nil
+}
+
+// setMatchOption sets --match-set: the set's name v, then its dimensions' directions as the next word.
+func (m *Match) setMatchOption(a, v string, i *int, next func(*int, string) (string, error)) error {
+	dirs, err := next(i, a)
+	if err != nil {
+		return err
+	}
+	m.SetName, m.SetDirs = v, strings.Split(dirs, ",")
+	if len(m.SetDirs) > maxSetDims {
+		return fmt.Errorf("set match: more than %d dimensions in %q", maxSetDims, dirs)
+	}
+	for _, d := range m.SetDirs {
+		if d != "src" && d != "dst" {
+			return fmt.Errorf("set match: bad direction %q in %q", d, dirs)
 		}
-		m.NFAcctName = v
-	case "--ctstate":
-		for _, s := range strings.Split(v, ",") {
-			switch s {
-			case "NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED", "SNAT", "DNAT":
-			default:
-				return fmt.Errorf("bad ctstate %q", s)
-			}
-		}
-		m.CtStates = strings.Split(v, ",")
-	case "--match-set":
-		// The set's name, then its dimensions' directions as the next word.
-		dirs, err := next(i, a)
-		if err != nil {
-			return err
-		}
-		m.SetName, m.SetDirs = v, strings.Split(dirs, ",")
-		if len(m.SetDirs) > maxSetDims {
-			return fmt.Errorf("set match: more than %d dimensions in %q", maxSetDims, dirs)
-		}
-		for _, d := range m.SetDirs {
-			if d != "src" && d != "dst" {
-				return fmt.Errorf("set match: bad direction %q in %q", d, dirs)
-			}
-		}
-	case "--physdev-is-in":
-		m.PhysdevIsIn = true
+	}
+	return nil
+}
+
+// ipvsOption sets --vaddr, --vport or --vproto.
+func (m *Match) ipvsOption(a, v string) error {
+	var err error
+	switch a {
 	case "--vaddr":
-		if m.VAddr, err = parsePrefix(v, m.ipv6); err != nil {
-			return err
-		}
+		m.VAddr, err = parsePrefix(v, m.ipv6)
+		return err
 	case "--vport":
 		n, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
@@ -590,9 +703,6 @@ func (m *Match) option(a string, not bool, i *int, next func(*int, string) (stri
 			n = uint8(p)
 		}
 		m.VProto = n
-	}
-	if not {
-		m.Not[key] = true
 	}
 	return nil
 }
@@ -686,134 +796,165 @@ func saveString(b *strings.Builder, s string) {
 
 // String returns the rule in iptables-save's canonical form, without "-A chain".
 func (r *Rule) String() string {
-	var b strings.Builder
-	sp := func() {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
+	var w saveWriter
+	r.writeHeader(&w)
+	for _, m := range r.Matches {
+		m.write(&w, r.isIPv6())
 	}
-	opt := func(not bool, name, val string) {
-		sp()
-		if not {
-			b.WriteString("! ")
-		}
-		b.WriteString(name)
-		if val != "" {
-			b.WriteByte(' ')
-			b.WriteString(val)
-		}
+	r.writeTarget(&w)
+	return w.b.String()
+}
+
+// saveWriter builds a rule's iptables-save form.
+type saveWriter struct {
+	b strings.Builder
+}
+
+// sp separates what comes next from what was written.
+func (w *saveWriter) sp() {
+	if w.b.Len() > 0 {
+		w.b.WriteByte(' ')
 	}
-	prefix := func(p AddrMask) string {
-		return p.String()
+}
+
+// opt writes an option, negated or not, with its value unless that is "".
+func (w *saveWriter) opt(not bool, name, val string) {
+	w.sp()
+	if not {
+		w.b.WriteString("! ")
 	}
+	w.b.WriteString(name)
+	if val != "" {
+		w.b.WriteByte(' ')
+		w.b.WriteString(val)
+	}
+}
+
+// writeHeader writes the addresses, interfaces and protocol.
+func (r *Rule) writeHeader(w *saveWriter) {
 	if r.Src.IsValid() {
-		opt(r.NotSrc, "-s", prefix(r.Src))
+		w.opt(r.NotSrc, "-s", r.Src.String())
 	}
 	if r.Dst.IsValid() {
-		opt(r.NotDst, "-d", prefix(r.Dst))
+		w.opt(r.NotDst, "-d", r.Dst.String())
 	}
 	if r.In != "" {
-		opt(r.NotIn, "-i", r.In)
+		w.opt(r.NotIn, "-i", r.In)
 	}
 	if r.Out != "" {
-		opt(r.NotOut, "-o", r.Out)
+		w.opt(r.NotOut, "-o", r.Out)
 	}
 	if r.Proto != "" {
-		opt(r.NotProto, "-p", r.Proto)
+		w.opt(r.NotProto, "-p", r.Proto)
 	}
-	for _, m := range r.Matches {
-		opt(false, "-m", m.Module)
-		switch m.Module {
-		case "comment":
-			sp()
-			b.WriteString("--comment ")
-			saveString(&b, m.Comment)
-		case "tcp", "udp", "sctp":
-			if m.SPort != "" {
-				opt(m.Not["--sport"], "--sport", m.SPort)
-			}
-			if m.DPort != "" {
-				opt(m.Not["--dport"], "--dport", m.DPort)
-			}
-		case "addrtype":
-			if m.SrcType != "" {
-				opt(m.Not["--src-type"], "--src-type", m.SrcType)
-			}
-			if m.DstType != "" {
-				opt(m.Not["--dst-type"], "--dst-type", m.DstType)
-			}
-		case "statistic":
-			opt(false, "--mode", "random")
-			opt(false, "--probability", strconv.FormatFloat(m.Probability, 'f', 11, 64))
-		case "recent":
-			opt(m.Not["--"+m.RecentCommand], "--"+m.RecentCommand, "")
-			if m.Seconds != 0 {
-				opt(false, "--seconds", strconv.Itoa(m.Seconds))
-			}
-			if m.Reap {
-				opt(false, "--reap", "")
-			}
-			opt(false, "--name", m.RecentName)
-			mask := "255.255.255.255"
-			if r.isIPv6() {
-				mask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-			}
-			opt(false, "--mask", mask)
-			opt(false, "--rsource", "")
-		case "mark":
-			v := "0x" + strconv.FormatUint(uint64(m.MarkValue), 16)
-			if m.HasMask {
-				v += "/0x" + strconv.FormatUint(uint64(m.MarkMask), 16)
-			}
-			opt(m.Not["--mark"], "--mark", v)
-		case "conntrack":
-			opt(m.Not["--ctstate"], "--ctstate", strings.Join(m.CtStates, ","))
-		case "set":
-			opt(m.Not["--match-set"], "--match-set", m.SetName+" "+strings.Join(m.SetDirs, ","))
-		case "physdev":
-			opt(m.Not["--physdev-is-in"], "--physdev-is-in", "")
-		case "nfacct":
-			// libxt_nfacct prints the option with a trailing space and the quoting helper adds another.
-			opt(false, "--nfacct-name", "")
-			b.WriteString("  ")
-			saveString(&b, m.NFAcctName)
-		case "ipvs":
-			// In libxt_ipvs' order: protocol (as a number), address with its mask, port.
-			if m.VProto != 0 {
-				opt(m.Not["--vproto"], "--vproto", strconv.Itoa(int(m.VProto)))
-			}
-			if m.VAddr.IsValid() {
-				opt(m.Not["--vaddr"], "--vaddr", m.VAddr.String())
-			}
-			if m.VPort != 0 {
-				opt(m.Not["--vport"], "--vport", strconv.Itoa(int(m.VPort)))
-			}
+}
+
+// write writes the match, "-m" and its options, in the order its libxt module prints them.
+func (m *Match) write(w *saveWriter, ipv6 bool) {
+	w.opt(false, "-m", m.Module)
+	switch m.Module {
+	case "comment":
+		w.sp()
+		w.b.WriteString("--comment ")
+		saveString(&w.b, m.Comment)
+	case "tcp", "udp", "sctp":
+		m.writeIfSet(w, "--sport", m.SPort)
+		m.writeIfSet(w, "--dport", m.DPort)
+	case "addrtype":
+		m.writeIfSet(w, "--src-type", m.SrcType)
+		m.writeIfSet(w, "--dst-type", m.DstType)
+	case "statistic":
+		w.opt(false, "--mode", "random")
+		w.opt(false, "--probability", strconv.FormatFloat(m.Probability, 'f', 11, 64))
+	case "recent":
+		m.writeRecent(w, ipv6)
+	case "mark":
+		v := "0x" + strconv.FormatUint(uint64(m.MarkValue), 16)
+		if m.HasMask {
+			v += "/0x" + strconv.FormatUint(uint64(m.MarkMask), 16)
 		}
+		w.opt(m.Not["--mark"], "--mark", v)
+	case "conntrack":
+		w.opt(m.Not["--ctstate"], "--ctstate", strings.Join(m.CtStates, ","))
+	case "set":
+		w.opt(m.Not["--match-set"], "--match-set", m.SetName+" "+strings.Join(m.SetDirs, ","))
+	case "physdev":
+		w.opt(m.Not["--physdev-is-in"], "--physdev-is-in", "")
+	case "nfacct":
+		// libxt_nfacct prints the option with a trailing space and the quoting helper adds another.
+		w.opt(false, "--nfacct-name", "")
+		w.b.WriteString("  ")
+		saveString(&w.b, m.NFAcctName)
+	case "ipvs":
+		m.writeIPVS(w)
 	}
-	if r.Target != "" {
-		if r.Goto {
-			opt(false, "-g", r.Target)
-		} else {
-			opt(false, "-j", r.Target)
-		}
-		switch r.Target {
-		case "DNAT":
-			opt(false, "--to-destination", r.ToDestination)
-		case "REDIRECT":
-			if r.ToPorts != 0 {
-				opt(false, "--to-ports", strconv.Itoa(int(r.ToPorts)))
-			}
-		case "MARK":
-			opt(false, "--set-xmark", fmt.Sprintf("%#x/%#x", r.MarkValue, r.MarkMask))
-		case "MASQUERADE":
-			if r.RandomFully {
-				opt(false, "--random-fully", "")
-			}
-		case "REJECT":
-			opt(false, "--reject-with", r.RejectWith)
-		}
+}
+
+// writeIfSet writes option name with value v, negated as the match has it, unless v is "".
+func (m *Match) writeIfSet(w *saveWriter, name, v string) {
+	if v != "" {
+		w.opt(m.Not[name], name, v)
 	}
-	return b.String()
+}
+
+// writeRecent writes the recent match's options, with the full mask of the family.
+func (m *Match) writeRecent(w *saveWriter, ipv6 bool) {
+	w.opt(m.Not["--"+m.RecentCommand], "--"+m.RecentCommand, "")
+	if m.Seconds != 0 {
+		w.opt(false, "--seconds", strconv.Itoa(m.Seconds))
+	}
+	if m.Reap {
+		w.opt(false, "--reap", "")
+	}
+	w.opt(false, "--name", m.RecentName)
+	mask := "255.255.255.255"
+	if ipv6 {
+		mask = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+	}
+	w.opt(false, "--mask", mask)
+	w.opt(false, "--rsource", "")
+}
+
+// writeIPVS writes the ipvs match's options in libxt_ipvs' order: protocol (as a number), address with
+// its mask, port.
+func (m *Match) writeIPVS(w *saveWriter) {
+	if m.VProto != 0 {
+		w.opt(m.Not["--vproto"], "--vproto", strconv.Itoa(int(m.VProto)))
+	}
+	if m.VAddr.IsValid() {
+		w.opt(m.Not["--vaddr"], "--vaddr", m.VAddr.String())
+	}
+	if m.VPort != 0 {
+		w.opt(m.Not["--vport"], "--vport", strconv.Itoa(int(m.VPort)))
+	}
+}
+
+// writeTarget writes -j or -g and the target's options.
+func (r *Rule) writeTarget(w *saveWriter) {
+	if r.Target == "" {
+		return
+	}
+	if r.Goto {
+		w.opt(false, "-g", r.Target)
+	} else {
+		w.opt(false, "-j", r.Target)
+	}
+	switch r.Target {
+	case "DNAT":
+		w.opt(false, "--to-destination", r.ToDestination)
+	case "REDIRECT":
+		if r.ToPorts != 0 {
+			w.opt(false, "--to-ports", strconv.Itoa(int(r.ToPorts)))
+		}
+	case "MARK":
+		w.opt(false, "--set-xmark", fmt.Sprintf("%#x/%#x", r.MarkValue, r.MarkMask))
+	case "MASQUERADE":
+		if r.RandomFully {
+			w.opt(false, "--random-fully", "")
+		}
+	case "REJECT":
+		w.opt(false, "--reject-with", r.RejectWith)
+	}
 }
 
 func (r *Rule) isIPv6() bool { return r.ipv6 }

@@ -394,127 +394,162 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 		return "", fmt.Errorf("no command specified")
 	}
 	cmd, args := args[0], args[1:]
-	chainArg := func() (*Chain, string, error) {
-		if len(args) == 0 {
-			return nil, "", fmt.Errorf("%s needs a chain", cmd)
-		}
-		name := args[0]
-		c := t.Chains[name]
-		if c == nil {
-			return nil, name, fmt.Errorf("chain %q does not exist", name)
-		}
-		args = args[1:]
-		return c, name, nil
-	}
 	switch cmd {
 	case "-N", "--new-chain":
-		if len(args) != 1 {
-			return "", fmt.Errorf("-N needs one chain name")
-		}
-		if err := checkChainName(args[0]); err != nil {
-			return "", err
-		}
-		if t.Chains[args[0]] != nil {
-			return "", fmt.Errorf("chain %q already exists", args[0])
-		}
-		t.Chains[args[0]] = &Chain{Name: args[0]}
-		return "", nil
+		return "", newChain(t, args)
 	case "-X", "--delete-chain":
-		if len(args) == 0 {
-			for name, c := range t.Chains {
-				if !c.Builtin && t.references(name) == 0 && len(c.Rules) == 0 {
-					delete(t.Chains, name)
-				}
-			}
-			return "", nil
-		}
-		c, name, err := chainArg()
-		if err != nil {
-			return "", fmt.Errorf("deleting chain %q: No chain/target/match by that name", name)
-		}
-		switch {
-		case c.Builtin:
-			return "", fmt.Errorf("deleting chain %q: built-in chains cannot be deleted", name)
-		case len(c.Rules) > 0 || t.references(name) > 0:
-			return "", fmt.Errorf("CHAIN_DEL failed (Device or resource busy): chain %s", name)
-		}
-		delete(t.Chains, name)
-		return "", nil
+		return "", deleteChain(t, cmd, args)
 	case "-F", "--flush":
-		if len(args) == 0 {
-			for _, c := range t.Chains {
-				c.Rules = nil
-			}
-			return "", nil
-		}
-		c, _, err := chainArg()
-		if err != nil {
-			return "", err
-		}
-		c.Rules = nil
-		return "", nil
+		return "", flushChain(t, cmd, args)
 	case "-P", "--policy":
-		c, name, err := chainArg()
-		if err != nil {
-			return "", err
-		}
-		if !c.Builtin || len(args) != 1 || (args[0] != "ACCEPT" && args[0] != "DROP") {
-			return "", fmt.Errorf("bad policy for chain %q", name)
-		}
-		c.Policy = args[0]
-		return "", nil
+		return "", setPolicy(t, cmd, args)
 	case "-S", "--list-rules":
-		var names []string
-		if len(args) > 0 {
-			if t.Chains[args[0]] == nil {
-				return "", fmt.Errorf("chain %q does not exist", args[0])
-			}
-			names = []string{args[0]}
-		} else {
-			names = ts.chains(t.Name)
-		}
-		var b strings.Builder
-		for _, n := range names {
-			if c := t.Chains[n]; c.Builtin {
-				fmt.Fprintf(&b, "-P %s %s\n", n, c.Policy)
-			} else {
-				fmt.Fprintf(&b, "-N %s\n", n)
-			}
-		}
-		for _, n := range names {
-			for _, r := range t.Chains[n].Rules {
-				b.WriteString(strings.TrimRight("-A "+n+" "+r.String(), " ") + "\n")
-			}
-		}
-		return b.String(), nil
+		return ts.listRules(t, args)
 	case "-L", "--list":
-		// Only whether the chain exists is modelled; the listing has one header line per chain.
-		var names []string
-		if len(args) > 0 {
-			if t.Chains[args[0]] == nil {
-				return "", fmt.Errorf("chain %q does not exist: No chain/target/match by that name", args[0])
-			}
-			names = []string{args[0]}
-		} else {
-			names = ts.chains(t.Name)
-		}
-		var b strings.Builder
-		for _, n := range names {
-			if c := t.Chains[n]; c.Builtin {
-				fmt.Fprintf(&b, "Chain %s (policy %s)\n", n, c.Policy)
-			} else {
-				fmt.Fprintf(&b, "Chain %s (%d references)\n", n, t.references(n))
-			}
-		}
-		return b.String(), nil
+		return ts.list(t, args)
 	case "-A", "--append", "-I", "--insert", "-D", "--delete", "-C", "--check":
-	default:
-		return "", fmt.Errorf("command %q not supported by iptrace", cmd)
+		return "", ts.ruleCommand(t, cmd, args)
 	}
+	return "", fmt.Errorf("command %q not supported by iptrace", cmd)
+}
 
-	c, name, err := chainArg()
+// chainArg takes the chain that args starts with, for command cmd: the chain, its name and the words after
+// it. When the chain does not exist it returns its name with the error.
+func chainArg(t *Table, cmd string, args []string) (*Chain, string, []string, error) {
+	if len(args) == 0 {
+		return nil, "", args, fmt.Errorf("%s needs a chain", cmd)
+	}
+	name := args[0]
+	c := t.Chains[name]
+	if c == nil {
+		return nil, name, args, fmt.Errorf("chain %q does not exist", name)
+	}
+	return c, name, args[1:], nil
+}
+
+// newChain is -N.
+func newChain(t *Table, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("-N needs one chain name")
+	}
+	if err := checkChainName(args[0]); err != nil {
+		return err
+	}
+	if t.Chains[args[0]] != nil {
+		return fmt.Errorf("chain %q already exists", args[0])
+	}
+	t.Chains[args[0]] = &Chain{Name: args[0]}
+	return nil
+}
+
+// deleteChain is -X: without a chain it deletes every empty, unreferenced user chain.
+func deleteChain(t *Table, cmd string, args []string) error {
+	if len(args) == 0 {
+		for name, c := range t.Chains {
+			if !c.Builtin && t.references(name) == 0 && len(c.Rules) == 0 {
+				delete(t.Chains, name)
+			}
+		}
+		return nil
+	}
+	c, name, _, err := chainArg(t, cmd, args)
 	if err != nil {
-		return "", fmt.Errorf("%s: No chain/target/match by that name", err)
+		return fmt.Errorf("deleting chain %q: No chain/target/match by that name", name)
+	}
+	switch {
+	case c.Builtin:
+		return fmt.Errorf("deleting chain %q: built-in chains cannot be deleted", name)
+	case len(c.Rules) > 0 || t.references(name) > 0:
+		return fmt.Errorf("CHAIN_DEL failed (Device or resource busy): chain %s", name)
+	}
+	delete(t.Chains, name)
+	return nil
+}
+
+// flushChain is -F: without a chain it flushes them all.
+func flushChain(t *Table, cmd string, args []string) error {
+	if len(args) == 0 {
+		for _, c := range t.Chains {
+			c.Rules = nil
+		}
+		return nil
+	}
+	c, _, _, err := chainArg(t, cmd, args)
+	if err != nil {
+		return err
+	}
+	c.Rules = nil
+	return nil
+}
+
+// setPolicy is -P.
+func setPolicy(t *Table, cmd string, args []string) error {
+	c, name, args, err := chainArg(t, cmd, args)
+	if err != nil {
+		return err
+	}
+	if !c.Builtin || len(args) != 1 || (args[0] != "ACCEPT" && args[0] != "DROP") {
+		return fmt.Errorf("bad policy for chain %q", name)
+	}
+	c.Policy = args[0]
+	return nil
+}
+
+// listRules is -S: the chains' definitions, then their rules.
+func (ts *Tables) listRules(t *Table, args []string) (string, error) {
+	var names []string
+	if len(args) > 0 {
+		if t.Chains[args[0]] == nil {
+			return "", fmt.Errorf("chain %q does not exist", args[0])
+		}
+		names = []string{args[0]}
+	} else {
+		names = ts.chains(t.Name)
+	}
+	var b strings.Builder
+	for _, n := range names {
+		if c := t.Chains[n]; c.Builtin {
+			fmt.Fprintf(&b, "-P %s %s\n", n, c.Policy)
+		} else {
+			fmt.Fprintf(&b, "-N %s\n", n)
+		}
+	}
+	for _, n := range names {
+		for _, r := range t.Chains[n].Rules {
+			b.WriteString(strings.TrimRight("-A "+n+" "+r.String(), " ") + "\n")
+		}
+	}
+	return b.String(), nil
+}
+
+// list is -L. Only whether the chain exists is modelled; the listing has one header line per chain.
+func (ts *Tables) list(t *Table, args []string) (string, error) {
+	var names []string
+	if len(args) > 0 {
+		if t.Chains[args[0]] == nil {
+			return "", fmt.Errorf("chain %q does not exist: No chain/target/match by that name", args[0])
+		}
+		names = []string{args[0]}
+	} else {
+		names = ts.chains(t.Name)
+	}
+	var b strings.Builder
+	for _, n := range names {
+		if c := t.Chains[n]; c.Builtin {
+			fmt.Fprintf(&b, "Chain %s (policy %s)\n", n, c.Policy)
+		} else {
+			fmt.Fprintf(&b, "Chain %s (%d references)\n", n, t.references(n))
+		}
+	}
+	return b.String(), nil
+}
+
+// ruleCommand is -A, -I, -D and -C: a chain, for -I and -D an optional position, then a rule (for -D a
+// position alone deletes the rule there).
+func (ts *Tables) ruleCommand(t *Table, cmd string, args []string) error {
+	c, name, args, err := chainArg(t, cmd, args)
+	if err != nil {
+		return fmt.Errorf("%s: No chain/target/match by that name", err)
 	}
 	pos := -1
 	if (cmd == "-I" || cmd == "--insert" || cmd == "-D" || cmd == "--delete") && len(args) > 0 {
@@ -525,23 +560,14 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 	}
 	if (cmd == "-D" || cmd == "--delete") && pos >= 0 {
 		if len(args) > 0 || pos < 1 || pos > len(c.Rules) {
-			return "", fmt.Errorf("index of deletion too big")
+			return fmt.Errorf("index of deletion too big")
 		}
 		c.Rules = slices.Delete(c.Rules, pos-1, pos)
-		return "", nil
+		return nil
 	}
-	r, err := ParseRule(args, ts.ipv6)
+	r, err := ts.parseRuleFor(t, c, args)
 	if err != nil {
-		return "", err
-	}
-	if err := ts.checkSets(r); err != nil {
-		return "", err
-	}
-	if err := ts.checkCounters(r); err != nil {
-		return "", err
-	}
-	if err := ts.checkTarget(t, c, r); err != nil {
-		return "", err
+		return err
 	}
 	spec := r.String()
 	find := func() int {
@@ -555,21 +581,40 @@ func (ts *Tables) command(t *Table, args []string) (string, error) {
 			pos = 1
 		}
 		if pos < 1 || pos > len(c.Rules)+1 {
-			return "", fmt.Errorf("index of insertion too big")
+			return fmt.Errorf("index of insertion too big")
 		}
 		c.Rules = slices.Insert(c.Rules, pos-1, r)
 	case "-D", "--delete":
 		i := find()
 		if i < 0 {
-			return "", fmt.Errorf("bad rule (does a matching rule exist in chain %s?)", name)
+			return fmt.Errorf("bad rule (does a matching rule exist in chain %s?)", name)
 		}
 		c.Rules = slices.Delete(c.Rules, i, i+1)
 	case "-C", "--check":
 		if find() < 0 {
-			return "", fmt.Errorf("bad rule (does a matching rule exist in chain %s?)", name)
+			return fmt.Errorf("bad rule (does a matching rule exist in chain %s?)", name)
 		}
 	}
-	return "", nil
+	return nil
+}
+
+// parseRuleFor parses a rule for chain c of table t and checks what it refers to: ipsets, nfacct objects
+// and its target.
+func (ts *Tables) parseRuleFor(t *Table, c *Chain, args []string) (*Rule, error) {
+	r, err := ParseRule(args, ts.ipv6)
+	if err != nil {
+		return nil, err
+	}
+	if err := ts.checkSets(r); err != nil {
+		return nil, err
+	}
+	if err := ts.checkCounters(r); err != nil {
+		return nil, err
+	}
+	if err := ts.checkTarget(t, c, r); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // SetCounters tells the state which nfacct objects exist, replacing what it was told before. Once it has
