@@ -319,6 +319,15 @@ type DetectLocalConfiguration struct {
 	InterfaceNamePrefix string `json:"interfaceNamePrefix"`
 }
 
+// EffectiveMode returns the mode that runs: c.Mode, or iptables when it is empty. Load sets an empty mode
+// to iptables already (upstream's default on Linux); a configuration built in code may still have none.
+func (c *KubeProxyConfiguration) EffectiveMode() ProxyMode {
+	if c.Mode == "" {
+		return ModeIPTables
+	}
+	return c.Mode
+}
+
 // SyncPeriods returns the sync period and minimum sync period of the
 // configured mode: ipvs.* in ipvs mode, nftables.* in nftables mode and
 // iptables.* otherwise (also for an empty mode, which means iptables, and for

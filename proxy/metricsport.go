@@ -39,11 +39,7 @@ func (s *Server) metricsHandler() http.Handler {
 	handle("/healthz/ping", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "ok") }))
 	handle("/metrics/slis", s.slisHandler())
 	handle("/proxyMode", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mode := s.Config().Mode
-		if mode == "" {
-			mode = config.ModeIPTables
-		}
-		_, _ = fmt.Fprint(w, mode)
+		_, _ = fmt.Fprint(w, s.Config().EffectiveMode())
 	}))
 	handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}))
 	if cfg.EnableProfiling {

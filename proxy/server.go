@@ -273,10 +273,7 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 // Status is a one-line summary for `systemctl status`.
 func (s *Server) Status() string {
 	cfg := s.Config()
-	mode := string(cfg.Mode)
-	if mode == "" {
-		mode = string(config.ModeIPTables)
-	}
+	mode := string(cfg.EffectiveMode())
 	var parts []string
 	for _, d := range s.Proxy.opts.Dataplanes {
 		if snap := s.Proxy.LastApplied(d.Family); snap != nil {

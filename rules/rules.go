@@ -48,8 +48,8 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 		sockets:     sockets,
 	}
 	var err error
-	switch cfg.Mode {
-	case config.ModeIPTables, "":
+	switch cfg.EffectiveMode() {
+	case config.ModeIPTables:
 		m.Dataplanes, err = newIPTables(ctx, cfg, reg)
 	case config.ModeIPVS:
 		m.Dataplanes, err = newIPVS(ctx, cfg, nodeName, reg)

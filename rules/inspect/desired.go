@@ -32,11 +32,8 @@ type Desired struct {
 // RenderDesired renders snaps (one per family) as the daemon of cfg would write them into an empty node
 // whose addresses are addrs (kube-ipvs0's excepted) and whose nfacct counters are counters.
 func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr, counters iptables.NFAcct) (*Desired, error) {
-	d := &Desired{Mode: cfg.Mode, XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{},
+	d := &Desired{Mode: cfg.EffectiveMode(), XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{},
 		IPVS: map[v1.IPFamily]*ipvs.Desired{}}
-	if d.Mode == "" {
-		d.Mode = config.ModeIPTables
-	}
 	for _, snap := range snaps {
 		switch d.Mode {
 		case config.ModeIPTables:
