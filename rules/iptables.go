@@ -12,13 +12,14 @@ import (
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/nfacct"
+	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 
 // newIPTables sets up mode iptables: the conntrack sysctls, the backend the node already uses, and a
 // dataplane per family whose tools work here. Like upstream, it runs dual-stack whenever both iptables and
 // ip6tables work, and single-stack when only the primary family does.
-func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+func newIPTables(ctx context.Context, cfg *config.KubeProxyConfiguration, _ string, reg prometheus.Registerer, _ engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	backend, why, err := xtables.Detect(ctx)
 	if err != nil {
 		return nil, err

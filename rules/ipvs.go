@@ -11,13 +11,14 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 
 // newIPVS sets up mode ipvs as mode iptables is set up: the kernel checked once for IPVS, the scheduler
 // and ipsets, the iptables backend the node already uses (IPVS mode still masquerades and filters with
 // iptables), and a dataplane per family whose iptables works, dual-stack when both do.
-func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, _ engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	families := proxy.Families(cfg)
 	primary, err := ipvs.NewConfig(cfg, families[0])
 	if err != nil {

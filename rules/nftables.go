@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
@@ -8,10 +10,11 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
 	"kube-proxy/rules/nftables"
+	"kube-proxy/rules/userspace/engine"
 )
 
 // newNFTables sets up mode nftables: a dataplane per family, dual-stack unless the kernel's IPv6 is off.
-func newNFTables(cfg *config.KubeProxyConfiguration, reg prometheus.Registerer) ([]proxy.FamilyDataplane, error) {
+func newNFTables(_ context.Context, cfg *config.KubeProxyConfiguration, _ string, reg prometheus.Registerer, _ engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	if err := nftables.Usable(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,14 +21,51 @@ import (
 	"kube-proxy/rules/xtables"
 )
 
+// modeSpec is what rules knows of one mode: how it is built, and which kind of rules it writes.
+type modeSpec struct {
+	// build sets the mode up: one dataplane per IP family the node can program, primary family first.
+	build func(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error)
+	// writes is the kind of rules the mode writes (ruleKinds' name), which the other modes remove.
+	writes string
+}
+
+// modes is every mode this kube-proxy runs. rules.New, Cleanup and the removal of the other modes' rules
+// use it; nothing else in this package names a mode.
+var modes = map[config.ProxyMode]modeSpec{
+	config.ModeIPTables:  {build: newIPTables, writes: xtablesRules},
+	config.ModeIPVS:      {build: newIPVS, writes: xtablesRules},
+	config.ModeNFTables:  {build: newNFTables, writes: nftablesRules},
+	config.ModeUserspace: {build: newUserspace, writes: userspaceRules},
+}
+
+// The kinds of rules the modes write. Modes iptables and ipvs share one: neither removes the other's
+// after its first sync (as upstream, which cleans up only between nftables and the other two).
+const (
+	xtablesRules   = "iptables, IPVS"
+	nftablesRules  = "nftables"
+	userspaceRules = "userspace"
+)
+
+// ruleKind is a kind of rules and the cleanup that removes them from every backend and family.
+type ruleKind struct {
+	name    string
+	cleanup func(ctx context.Context) error
+}
+
+// ruleKinds lists the kinds of rules in the order Cleanup removes them.
+var ruleKinds = []ruleKind{
+	{xtablesRules, cleanupXtables},
+	{nftablesRules, nftables.Cleanup},
+	{userspaceRules, cleanupUserspace},
+}
+
 // Mode is the configured mode, built for every IP family the node can program.
 type Mode struct {
 	// Dataplanes holds one dataplane per family, primary family first.
 	Dataplanes []proxy.FamilyDataplane
-	// what names what cleanOthers removes, for the log.
-	what        string
-	cleanOthers func(ctx context.Context) error
-	sockets     Sockets
+	// others are the kinds of rules the other modes write.
+	others  []ruleKind
+	sockets Sockets
 }
 
 // New builds the dataplanes for cfg.Mode, one per IP family the node can program, primary family first.
@@ -38,40 +76,34 @@ type Mode struct {
 // On reg go the mode's metrics, as upstream registers them per mode, and kubernetes_feature_enabled, which
 // upstream's feature gate registers in every mode.
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) (*Mode, error) {
+	spec, ok := modes[cfg.EffectiveMode()]
+	if !ok {
+		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs, nftables or userspace)", cfg.Mode)
+	}
 	proxy.RegisterFeatureGates(reg, cfg)
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}
-	m := &Mode{
-		cleanOthers: func(ctx context.Context) error { return errors.Join(nftables.Cleanup(ctx), cleanupUserspace(ctx)) },
-		what:        "nftables and userspace modes' rules",
-		sockets:     sockets,
+	var es engine.Sockets
+	if sockets != nil {
+		es = sockets
 	}
-	var err error
-	switch cfg.EffectiveMode() {
-	case config.ModeIPTables:
-		m.Dataplanes, err = newIPTables(ctx, cfg, reg)
-	case config.ModeIPVS:
-		m.Dataplanes, err = newIPVS(ctx, cfg, nodeName, reg)
-	case config.ModeNFTables:
-		m.Dataplanes, err = newNFTables(cfg, reg)
-		m.cleanOthers = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), cleanupUserspace(ctx)) }
-		m.what = "iptables, IPVS and userspace modes' rules"
-	case config.ModeUserspace:
-		var es engine.Sockets
-		if sockets != nil {
-			es = sockets
-		}
-		m.Dataplanes, err = newUserspace(ctx, cfg, nodeName, reg, es)
-		m.cleanOthers = func(ctx context.Context) error { return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx)) }
-		m.what = "iptables, IPVS and nftables modes' rules"
-	default:
-		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs, nftables or userspace)", cfg.Mode)
-	}
+	dps, err := spec.build(ctx, cfg, nodeName, reg, es)
 	if err != nil {
 		return nil, err
 	}
-	return m, nil
+	return &Mode{Dataplanes: dps, others: spec.others(), sockets: sockets}, nil
+}
+
+// others returns the kinds of rules the mode does not write, which it removes once it is ready.
+func (s modeSpec) others() []ruleKind {
+	var out []ruleKind
+	for _, k := range ruleKinds {
+		if k.name != s.writes {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // AfterReady removes what the other modes left on the node (theirs or upstream's), and releases the stored
@@ -85,11 +117,18 @@ func (m *Mode) AfterReady(ctx context.Context) {
 		m.sockets.ReleaseUnclaimed()
 	}
 	start := time.Now()
-	if err := m.cleanOthers(ctx); err != nil {
-		klog.ErrorS(err, "Could not remove what other modes left", "what", m.what)
+	names := make([]string, len(m.others))
+	var errs []error
+	for i, k := range m.others {
+		names[i] = k.name
+		errs = append(errs, k.cleanup(ctx))
+	}
+	what := strings.Join(names, " and ") + " modes' rules"
+	if err := errors.Join(errs...); err != nil {
+		klog.ErrorS(err, "Could not remove what other modes left", "what", what)
 		return
 	}
-	klog.V(2).InfoS("Removed what other modes left, if anything", "what", m.what, "elapsed", time.Since(start))
+	klog.V(2).InfoS("Removed what other modes left, if anything", "what", what, "elapsed", time.Since(start))
 }
 
 // Sockets is the service manager's store of listening sockets (systemd.FDStore).
@@ -102,7 +141,11 @@ type Sockets interface {
 // Cleanup removes every chain, rule, IPVS service, ipset, dummy link and nftables table this daemon or
 // upstream kube-proxy created, in every iptables backend and IP family present.
 func Cleanup(ctx context.Context) error {
-	return errors.Join(cleanupXtables(ctx), nftables.Cleanup(ctx), cleanupUserspace(ctx))
+	var errs []error
+	for _, k := range ruleKinds {
+		errs = append(errs, k.cleanup(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // cleanupXtables removes what modes iptables and ipvs write: iptables rules in both backends and

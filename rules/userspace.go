@@ -19,8 +19,8 @@ import (
 
 // newUserspace sets up mode userspace: the backend the node already uses for the capture rules, and per
 // family whose tools work a proxy engine and its dataplane, whose listeners are handed over to the next
-// process through sockets (nil: not). After the first sync of every family New's wrapper removes the
-// other modes' rules.
+// process through sockets (nil: not). Once every family has synced, Mode.AfterReady removes the other
+// modes' rules.
 func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	_ = nodeName
 	backend, why, err := xtables.Detect(ctx)
