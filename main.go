@@ -128,11 +128,11 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		Alive:  srv.Proxy.LoopAlive,
 		Status: srv.Status,
 		Done:   done,
-		Reload: func(ctx context.Context) systemd.ReloadStatus {
+		Reload: func(ctx context.Context) config.ReloadResult {
 			next, warnings, loadErr := opts.Complete(fs)
 			logConfigWarnings(warnings)
 			r := srv.Reload(ctx, next, loadErr, logs.SetVerbosity)
-			if r.Result == "applied" {
+			if r.Result == config.ReloadApplied {
 				// srv.Reload put the verbosity in force; vmodule and flushFrequency, the other live logging
 				// fields, are put in force here, before the reply. A change of format or output options
 				// never gets here: ReloadPlan makes it restart-required.
@@ -144,7 +144,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 					r.Message += "; " + warningsText(warnings)
 				}
 			}
-			return systemd.ReloadStatus{Generation: r.Generation, Result: r.Result, Message: r.Message}
+			return r
 		},
 	})
 	cancel()

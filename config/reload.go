@@ -8,6 +8,24 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// ReloadResult is the outcome of one configuration reload: what the daemon logs and counts, records for
+// `kube-proxy reload` (and so for `systemctl reload`), and shows in its status line.
+type ReloadResult struct {
+	// Generation numbers the reloads since the daemon started, from 1.
+	Generation uint64
+	// Result is ReloadApplied, ReloadInvalid or ReloadRestartRequired.
+	Result string
+	// Message says what changed, or why the reload was refused.
+	Message string
+}
+
+// Reload outcomes (ReloadResult.Result).
+const (
+	ReloadApplied         = "applied"
+	ReloadInvalid         = "invalid"
+	ReloadRestartRequired = "restart-required"
+)
+
 // reloadClass says whether a changed field can be applied to a running
 // kube-proxy. Fields are matched by their JSON path or its longest listed
 // prefix; ReloadPlan treats anything unlisted as needing a restart.

@@ -205,38 +205,30 @@ func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, h
 	}()
 }
 
-// ReloadResult is the outcome of one configuration reload.
-type ReloadResult struct {
-	Generation uint64
-	// Result is "applied", "invalid" or "restart-required".
-	Result  string
-	Message string
-}
-
 // Reload applies a newly loaded configuration: fields that can change live are put in force (sync periods,
 // log verbosity, dataplane settings, confirmed by a full sync) and the call returns once they are. A load
 // error, or a change to a field that needs a restart, keeps the running configuration entirely.
-func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration, loadErr error, setVerbosity func(int) error) ReloadResult {
+func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration, loadErr error, setVerbosity func(int) error) config.ReloadResult {
 	s.mu.Lock()
 	s.reloads++
-	res := ReloadResult{Generation: s.reloads}
+	res := config.ReloadResult{Generation: s.reloads}
 	cur := s.cfg
 	s.mu.Unlock()
-	fail := func(result, msg string) ReloadResult {
+	fail := func(result, msg string) config.ReloadResult {
 		res.Result, res.Message = result, msg
 		s.Proxy.Metrics().ConfigReloads.WithLabelValues(result).Inc()
 		klog.ErrorS(nil, "Configuration reload refused; the running configuration stays in force", "result", result, "reason", msg)
 		return res
 	}
 	if loadErr != nil {
-		return fail("invalid", loadErr.Error())
+		return fail(config.ReloadInvalid, loadErr.Error())
 	}
 	live, restart := config.ReloadPlan(cur, next)
 	if len(restart) > 0 {
-		return fail("restart-required", "changed fields need a restart: "+strings.Join(restart, ", "))
+		return fail(config.ReloadRestartRequired, "changed fields need a restart: "+strings.Join(restart, ", "))
 	}
 	if err := setVerbosity(int(next.Logging.Verbosity)); err != nil {
-		return fail("invalid", err.Error())
+		return fail(config.ReloadInvalid, err.Error())
 	}
 	syncPeriod, minSyncPeriod := next.SyncPeriods()
 	s.Proxy.SetSyncPeriods(syncPeriod, minSyncPeriod)
@@ -245,12 +237,12 @@ func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration
 		// The dataplanes keep what they had; so do the sync loop and the log.
 		_ = setVerbosity(int(cur.Logging.Verbosity))
 		s.Proxy.SetSyncPeriods(cur.SyncPeriods())
-		return fail("invalid", err.Error())
+		return fail(config.ReloadInvalid, err.Error())
 	}
 	s.mu.Lock()
 	s.cfg = next
 	s.mu.Unlock()
-	res.Result = "applied"
+	res.Result = config.ReloadApplied
 	res.Message = "changed: " + strings.Join(live, ", ")
 	if len(live) == 0 {
 		res.Message = "no changes"

@@ -60,7 +60,7 @@ func newReloadBed(t *testing.T) *reloadBed {
 	return b
 }
 
-func (b *reloadBed) reload(t *testing.T, next *config.KubeProxyConfiguration) ReloadResult {
+func (b *reloadBed) reload(t *testing.T, next *config.KubeProxyConfiguration) config.ReloadResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -166,7 +166,7 @@ func TestReloadDuringASync(t *testing.T) {
 	go func() { _ = b.s.Proxy.SyncNow(context.Background(), false) }()
 	<-entered // a sync is running and has not looked for a reloaded configuration yet
 	b.dp6.refuse = errors.New("ipvs.scheduler mh is not usable")
-	done := make(chan ReloadResult)
+	done := make(chan config.ReloadResult)
 	go func() { done <- b.reload(t, changed()) }()
 	eventually(t, "the reload to be pending", func() bool {
 		b.s.Proxy.mu.Lock()

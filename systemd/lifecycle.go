@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"kube-proxy/config"
 )
 
 // Hooks connect the process lifecycle to the daemon.
@@ -16,7 +18,7 @@ type Hooks struct {
 	// Ready is closed when the daemon is ready (informers synced, first sync done).
 	Ready <-chan struct{}
 	// Reload re-reads the configuration and returns once the result is in force (or refused).
-	Reload func(ctx context.Context) ReloadStatus
+	Reload func(ctx context.Context) config.ReloadResult
 	// Alive gates the watchdog pings: the sync loop turns (not: the kernel took the last write).
 	Alive func() bool
 	// Status is a one-line summary for `systemctl status`.
@@ -103,7 +105,7 @@ func reload(ctx context.Context, n *Notifier, h Hooks, dir string, note *string,
 	waiting := TakeReloadRequests(dir)
 	st := h.Reload(ctx)
 	*note = ""
-	if st.Result != ReloadApplied {
+	if st.Result != config.ReloadApplied {
 		*note = fmt.Sprintf("last reload %s: %s", st.Result, st.Message)
 	}
 	n.Ready(status())

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kube-proxy/config"
 )
 
 // TestStatusKeepsTheLastRefusedReload: after a refused reload, every refresh of the STATUS line still says
@@ -20,15 +22,15 @@ func TestStatusKeepsTheLastRefusedReload(t *testing.T) {
 
 	ready := make(chan struct{})
 	close(ready)
-	results := make(chan ReloadStatus, 2)
-	results <- ReloadStatus{Generation: 1, Result: ReloadInvalid, Message: "config.yaml:3: syncPeriood: unknown field"}
-	results <- ReloadStatus{Generation: 2, Result: ReloadApplied}
+	results := make(chan config.ReloadResult, 2)
+	results <- config.ReloadResult{Generation: 1, Result: config.ReloadInvalid, Message: "config.yaml:3: syncPeriood: unknown field"}
+	results <- config.ReloadResult{Generation: 2, Result: config.ReloadApplied}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, NewNotifier(), Hooks{
 			Ready:  ready,
-			Reload: func(context.Context) ReloadStatus { return <-results },
+			Reload: func(context.Context) config.ReloadResult { return <-results },
 			Alive:  func() bool { return true },
 			Status: func() string { return "Proxying 3 service ports" },
 		})

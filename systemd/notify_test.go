@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kube-proxy/config"
 )
 
 // notifySocket listens on a real unix datagram socket, as systemd does, and returns received messages.
@@ -119,11 +121,11 @@ func TestReloadHandshake(t *testing.T) {
 		for gen := uint64(1); gen <= 2; gen++ {
 			<-hup
 			time.Sleep(30 * time.Millisecond) // the daemon takes a while; the helper must wait for it
-			res := ReloadApplied
+			res := config.ReloadApplied
 			if gen == 2 {
-				res = ReloadInvalid
+				res = config.ReloadInvalid
 			}
-			if err := WriteReloadStatus(dir, ReloadStatus{Generation: gen, Result: res, Message: "line 3: bad"}); err != nil {
+			if err := WriteReloadStatus(dir, config.ReloadResult{Generation: gen, Result: res, Message: "line 3: bad"}); err != nil {
 				t.Error(err)
 			}
 		}
@@ -156,7 +158,7 @@ func TestReloadStatusRoundTripAndReset(t *testing.T) {
 	if st, err := ReadReloadStatus(dir); err != nil || st.Generation != 0 {
 		t.Fatalf("empty dir: %+v %v", st, err)
 	}
-	want := ReloadStatus{Generation: 7, Result: ReloadRestartRequired, Message: "changed fields need a restart: mode"}
+	want := config.ReloadResult{Generation: 7, Result: config.ReloadRestartRequired, Message: "changed fields need a restart: mode"}
 	if err := WriteReloadStatus(dir, want); err != nil {
 		t.Fatal(err)
 	}
@@ -194,11 +196,11 @@ func TestReloadNeverReportsAnEarlierReload(t *testing.T) {
 		for gen := uint64(1); gen <= 2; gen++ {
 			<-hup
 			ids := TakeReloadRequests(dir)
-			st := ReloadStatus{Generation: gen, Result: ReloadApplied}
+			st := config.ReloadResult{Generation: gen, Result: config.ReloadApplied}
 			if gen == 1 {
 				close(slowTaken)
 				<-release
-				st.Result, st.Message = ReloadInvalid, "line 3: an old mistake"
+				st.Result, st.Message = config.ReloadInvalid, "line 3: an old mistake"
 			}
 			if err := WriteReloadStatus(dir, st); err != nil {
 				t.Error(err)

@@ -9,19 +9,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"kube-proxy/config"
 )
 
 // The reload handshake. systemd 252 (Debian 12, RHEL 9) has no Type=notify-reload, and with
 // `ExecReload=kill -HUP $MAINPID` a `systemctl reload` returns before the daemon has re-read its config.
 // So the unit runs `kube-proxy reload $MAINPID` instead: it signals the daemon and waits until the daemon
 // records the outcome of that reload in its runtime directory. This works the same on every systemd version.
-
-// Reload outcomes recorded in the status file.
-const (
-	ReloadApplied         = "applied"
-	ReloadInvalid         = "invalid"
-	ReloadRestartRequired = "restart-required"
-)
 
 const reloadStatusFile = "reload-status"
 
@@ -49,23 +44,16 @@ func RuntimeDir() string {
 	return "/run/kube-proxy"
 }
 
-// ReloadStatus is one reload's outcome.
-type ReloadStatus struct {
-	Generation uint64
-	Result     string
-	Message    string
-}
-
 // WriteReloadStatus records the outcome of reload number gen in dir (atomically). A missing dir is not an
 // error: the daemon may run outside systemd.
-func WriteReloadStatus(dir string, st ReloadStatus) error {
+func WriteReloadStatus(dir string, st config.ReloadResult) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	return writeAtomic(dir, reloadStatusFile, statusLine(st))
 }
 
-func statusLine(st ReloadStatus) []byte {
+func statusLine(st config.ReloadResult) []byte {
 	return fmt.Appendf(nil, "%d %s %s\n", st.Generation, st.Result, strings.ReplaceAll(st.Message, "\n", " "))
 }
 
@@ -82,24 +70,24 @@ func writeAtomic(dir, name string, body []byte) error {
 }
 
 // ReadReloadStatus reads the last recorded reload outcome (generation 0 when none).
-func ReadReloadStatus(dir string) (ReloadStatus, error) {
+func ReadReloadStatus(dir string) (config.ReloadResult, error) {
 	b, err := os.ReadFile(filepath.Join(dir, reloadStatusFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return ReloadStatus{}, nil
+		return config.ReloadResult{}, nil
 	}
 	if err != nil {
-		return ReloadStatus{}, fmt.Errorf("reading reload status: %w", err)
+		return config.ReloadResult{}, fmt.Errorf("reading reload status: %w", err)
 	}
 	return parseReloadStatus(b)
 }
 
-func parseReloadStatus(b []byte) (ReloadStatus, error) {
+func parseReloadStatus(b []byte) (config.ReloadResult, error) {
 	fields := strings.SplitN(strings.TrimSpace(string(b)), " ", 3)
 	gen, err := strconv.ParseUint(fields[0], 10, 64)
 	if err != nil || len(fields) < 2 {
-		return ReloadStatus{}, fmt.Errorf("reading reload status: malformed %q", b)
+		return config.ReloadResult{}, fmt.Errorf("reading reload status: malformed %q", b)
 	}
-	st := ReloadStatus{Generation: gen, Result: fields[1]}
+	st := config.ReloadResult{Generation: gen, Result: fields[1]}
 	if len(fields) == 3 {
 		st.Message = fields[2]
 	}
@@ -185,8 +173,8 @@ func awaitAnswer(pid int, timeout time.Duration, done func() (bool, error)) erro
 }
 
 // outcome is a reload status as the helper's result.
-func outcome(st ReloadStatus) error {
-	if st.Result == ReloadApplied {
+func outcome(st config.ReloadResult) error {
+	if st.Result == config.ReloadApplied {
 		return nil
 	}
 	return fmt.Errorf("reload %s: %s (the daemon keeps running with its previous configuration)", st.Result, st.Message)
@@ -220,7 +208,7 @@ func TakeReloadRequests(dir string) []string {
 }
 
 // AnswerReloadRequests records st as the outcome for each request taken for this reload.
-func AnswerReloadRequests(dir string, ids []string, st ReloadStatus) error {
+func AnswerReloadRequests(dir string, ids []string, st config.ReloadResult) error {
 	var errs []error
 	for _, id := range ids {
 		errs = append(errs, writeAtomic(filepath.Join(dir, reloadRequestsDir), id+doneSuffix, statusLine(st)))
