@@ -39,11 +39,13 @@ type Result struct {
 	Chunks [][]byte
 }
 
-// Renderer turns snapshots into iptables-restore payloads. It keeps buffers and caches between calls and is
-// not safe for concurrent use.
+// Renderer turns snapshots into iptables-restore payloads. It keeps caches and buffers between calls and
+// is not safe for concurrent use.
 type Renderer struct {
 	cfg  Config
 	mark string // the masquerade mark as upstream formats it, "0x00004000" for bit 14
+
+	// The fields from here to renderScratch are state that must survive between renders.
 
 	// states caches per Service port what does not change unless the port does; order holds the states of
 	// last's ports sorted by name, owned the nat chains they and the shared chains make up, sorted, and
@@ -54,25 +56,42 @@ type Renderer struct {
 	total  int
 	last   *proxy.Snapshot
 
-	probs []string
-
-	scratch lineBuf
 	// shared holds the shared chains and what was last written into each; dispatch says whether nat
-	// KUBE-SERVICES dispatches to buckets, bucketsLast which buckets the last render had, bucketsNow this
-	// render's (sorted) and bucketRules their rule count.
-	shared                                                 sharedChains
-	dispatch                                               bool
-	bucketsLast                                            map[int]bool
-	bucketsNow                                             []string
-	bucketRules                                            int
-	natOut, filterOut                                      []*chainOut
-	own                                                    lineBuf // the ports' own chains, by span
-	chainsOut                                              []string
-	spans                                                  []span
-	natDecl, stale, ownScratch, removed, added, ownedSpare []string
-	dirty, write                                           map[proxy.ServicePortName]bool
-	touched                                                map[int]bool
-	out                                                    []byte
+	// KUBE-SERVICES dispatches to buckets (with hysteresis, so it depends on the renders before) and
+	// bucketsLast which buckets the last render had.
+	shared      sharedChains
+	dispatch    bool
+	bucketsLast map[int]bool
+
+	probs []string // probability's 1/n, formatted, by n
+
+	// Per-render scratch buffers, kept only for their storage.
+	renderScratch
+}
+
+// renderScratch is a render's working storage. Each render resets or overwrites what it uses before use,
+// so nothing here carries meaning from one render to the next, only capacity. The Result's payload and
+// most of its slices point into it, which is why they are valid until the next render.
+type renderScratch struct {
+	scratch lineBuf // the shared-chain fragments of the port being refreshed (see renderShared)
+	// removed and added are the own chains of the ports removed or replaced, and of those added or
+	// replaced, since last; ownedSpare is the storage the owned list had before its last update.
+	removed, added, ownedSpare []string
+	// dirty holds the ports whose state must be refreshed (see sync), write those whose chains a partial
+	// render writes, touched the buckets of the cluster IPs of the ports changed since prev.
+	dirty, write map[proxy.ServicePortName]bool
+	touched      map[int]bool
+	// bucketsNow lists this render's bucket chains, sorted, and bucketRules counts their rules.
+	bucketsNow  []string
+	bucketRules int
+	// natOut and filterOut are the shared chains buildNAT and buildFilter return; natDecl the nat chains
+	// the payload declares, stale those it deletes; ownScratch collects chain names for a moment.
+	natOut, filterOut          []*chainOut
+	natDecl, stale, ownScratch []string
+	own                        lineBuf  // the own chains of the ports written, each port's rules a span
+	spans                      []span   // where each port's rules lie in own
+	chainsOut                  []string // Result.Chains["nat"] when there are buckets
+	out                        []byte   // the payload
 }
 
 // NewRenderer returns a renderer for one configuration and IP family.
@@ -81,14 +100,16 @@ func NewRenderer(cfg Config) *Renderer {
 		cfg.Family = v1.IPv4Protocol
 	}
 	return &Renderer{
-		shared:      newSharedChains(),
-		bucketsLast: map[int]bool{},
-		touched:     map[int]bool{},
 		cfg:         cfg,
 		mark:        fmt.Sprintf("%#08x", cfg.MasqueradeMark()),
 		states:      map[proxy.ServicePortName]*svcState{},
-		dirty:       map[proxy.ServicePortName]bool{},
-		write:       map[proxy.ServicePortName]bool{},
+		shared:      newSharedChains(),
+		bucketsLast: map[int]bool{},
+		renderScratch: renderScratch{
+			dirty:   map[proxy.ServicePortName]bool{},
+			write:   map[proxy.ServicePortName]bool{},
+			touched: map[int]bool{},
+		},
 	}
 }
 
@@ -221,18 +242,64 @@ func (r *Renderer) Render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	return res, nil
 }
 
+// job is what a render decides before its passes, and they share.
+type job struct {
+	snap, prev *proxy.Snapshot
+	full       bool                    // every chain is declared and rewritten
+	rebuild    bool                    // the caches are rebuilt from snap: full, first or after a failure
+	rewriteAll bool                    // every per-Service chain is written: full, or the node facts changed
+	changes    []proxy.ServicePortName // since prev, for a partial render
+	g          globals
+}
+
+// writes reports whether the job writes the own chains of st's port.
+func (r *Renderer) writes(j *job, st *svcState) bool { return j.rewriteAll || r.write[st.key] }
+
 func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[string][]string) (*Result, error) {
-	var changes []proxy.ServicePortName // since prev, for a partial render
-	if !full {
-		changes = snap.Changes(prev)
+	j := r.begin(snap, prev, full)
+
+	// Pass 1: refresh the state of changed ports, collect the chains to declare.
+	endpointsWritten, err := r.refreshStates(&j)
+	if err != nil {
+		return nil, err
 	}
-	rebuild := full || r.last == nil
+	r.updateOwned(j.rebuild)
+
+	// Pass 2: the shared chains, of which a partial render writes only those that changed.
+	r.stale = r.stale[:0]
+	natShared := r.buildNAT(snap, full, r.touched)
+	filterChains := r.buildFilter(snap, full)
+	r.collectStale(&j, existing)
+	r.declareNAT(natShared)
+
+	// Pass 3: the payload.
+	r.out = slices.Grow(r.out[:0], r.payloadEstimate(natShared, filterChains, endpointsWritten))
+	res := &Result{
+		Rules:      map[string]int{},
+		RulesTotal: map[string]int{},
+		Chains:     map[string][]string{},
+		Deleted:    map[string][]string{"filter": nil, "nat": r.stale},
+		Full:       j.rewriteAll,
+	}
+	r.writeFilter(res, filterChains)
+	ownRules := r.renderOwnChains(&j)
+	r.writeNAT(res, natShared, ownRules)
+	res.Payload = r.out
+	return res, nil
+}
+
+// begin brings the caches in line with snap and decides what the render writes.
+func (r *Renderer) begin(snap, prev *proxy.Snapshot, full bool) job {
+	j := job{snap: snap, prev: prev, full: full, rebuild: full || r.last == nil}
+	if !full {
+		j.changes = snap.Changes(prev)
+	}
 	r.removed, r.added = r.removed[:0], r.added[:0]
 	switch {
-	case rebuild:
+	case j.rebuild:
 		r.sync(snap, true, nil)
 	case r.last == prev:
-		r.sync(snap, false, changes)
+		r.sync(snap, false, j.changes)
 	default:
 		r.sync(snap, false, snap.Changes(r.last))
 	}
@@ -244,7 +311,7 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		r.dispatch = false
 	}
 	clear(r.touched)
-	for _, name := range changes {
+	for _, name := range j.changes {
 		for _, sn := range []*proxy.Snapshot{prev, snap} {
 			if sp := sn.Services[name]; sp != nil {
 				r.touched[bucketOf(sp.ClusterIP)] = true
@@ -252,43 +319,31 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 		}
 	}
 
-	g := r.globals(snap, r.total)
-	rewriteAll := full
+	j.g = r.globals(snap, r.total)
+	j.rewriteAll = full
 	if !full {
 		pg := r.globals(prev, 0)
-		rewriteAll = !pg.sameSemantics(&g)
+		j.rewriteAll = !pg.sameSemantics(&j.g)
 	}
 	clear(r.write)
-	if !rewriteAll {
-		for _, name := range changes {
+	if !j.rewriteAll {
+		for _, name := range j.changes {
 			r.write[name] = true
 		}
 	}
+	return j
+}
 
-	// Pass 1: refresh the state of changed ports, collect the chains to declare.
+// refreshStates refreshes the state of the ports that changed (all of them on a rebuild), collects in
+// r.natDecl the own chains of the ports to write and returns how many endpoints those have.
+func (r *Renderer) refreshStates(j *job) (int, error) {
 	r.natDecl = r.natDecl[:0]
-	ownRules, endpointsWritten := 0, 0
+	endpointsWritten := 0
 	for _, st := range r.order {
-		write := rewriteAll || r.write[st.key]
-		if rebuild || r.dirty[st.key] || write {
-			sp := snap.Services[st.key]
-			if st.sp != sp {
-				p, err := makePlan(st, sp)
-				if err != nil {
-					return nil, err
-				}
-				if !rebuild {
-					r.removed = append(r.removed, st.chains...)
-				}
-				st.pruneSeps(sp)
-				st.plan = p
-				r.renderShared(st, sp, &st.plan)
-				st.chains = ownChains(st, sp, &st.plan, st.chains)
-				st.sp = sp
-				st.ownRules = 0
-				if !rebuild {
-					r.added = append(r.added, st.chains...)
-				}
+		write := r.writes(j, st)
+		if j.rebuild || r.dirty[st.key] || write {
+			if err := r.refresh(st, j.snap.Services[st.key], j.rebuild); err != nil {
+				return 0, err
 			}
 		}
 		if write {
@@ -296,65 +351,112 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 			endpointsWritten += len(st.sp.Endpoints)
 		}
 	}
-	if rebuild {
-		r.owned = append(r.owned[:0], sharedNATChains...)
-		for _, st := range r.order {
-			r.owned = append(r.owned, st.chains...)
-		}
-		slices.Sort(r.owned)
-	} else {
-		r.owned, r.ownedSpare = mergeSorted(r.ownedSpare, r.owned, r.removed, r.added), r.owned
+	return endpointsWritten, nil
+}
+
+// refresh brings st in line with sp, its port in the snapshot being rendered. Unless the caches are being
+// rebuilt, it records the chains it replaces in r.removed and r.added.
+func (r *Renderer) refresh(st *svcState, sp *proxy.ServicePort, rebuild bool) error {
+	if st.sp == sp {
+		return nil
 	}
+	p, err := makePlan(st, sp)
+	if err != nil {
+		return err
+	}
+	if !rebuild {
+		r.removed = append(r.removed, st.chains...)
+	}
+	st.pruneSeps(sp)
+	st.plan = p
+	r.renderShared(st, sp, &st.plan)
+	st.chains = ownChains(st, sp, &st.plan, st.chains)
+	st.sp = sp
+	st.ownRules = 0
+	if !rebuild {
+		r.added = append(r.added, st.chains...)
+	}
+	return nil
+}
 
-	// Pass 2: the shared chains, of which a partial render writes only those that changed.
-	r.stale = r.stale[:0]
-	natShared := r.buildNAT(snap, full, r.touched)
-	filterChains := r.buildFilter(snap, full)
+// updateOwned brings r.owned in line with r.order: built anew on a rebuild, else merged with the chains
+// removed and added since last.
+func (r *Renderer) updateOwned(rebuild bool) {
+	if !rebuild {
+		r.owned, r.ownedSpare = mergeSorted(r.ownedSpare, r.owned, r.removed, r.added), r.owned
+		return
+	}
+	r.owned = append(r.owned[:0], sharedNATChains...)
+	for _, st := range r.order {
+		r.owned = append(r.owned, st.chains...)
+	}
+	slices.Sort(r.owned)
+}
 
-	// Stale per-Service chains.
-	if full {
-		for _, c := range existing["nat"] {
-			if !isServiceChain(c) {
-				continue
-			}
-			if _, found := slices.BinarySearch(r.owned, c); found {
-				continue
-			}
-			if _, found := slices.BinarySearch(r.bucketsNow, c); found {
-				continue
-			}
-			r.stale = append(r.stale, c)
-		}
+// collectStale adds to r.stale, which holds the bucket chains that emptied, the per-Service chains the
+// payload deletes, and sorts it.
+func (r *Renderer) collectStale(j *job, existing map[string][]string) {
+	if j.full {
+		r.staleExisting(existing["nat"])
 	} else {
-		for _, name := range changes {
-			old := prev.Services[name]
-			if old == nil {
-				continue
-			}
-			st := r.states[name]
-			if st == nil {
-				st = newSvcState(name) // removed from snap: a throwaway state names the old chains
-			}
-			op, err := makePlan(st, old)
-			if err != nil {
-				continue // prev was rendered before, so this does not happen; nothing to delete if it does
-			}
-			r.ownScratch = ownChains(st, old, &op, r.ownScratch)
-			for _, c := range r.ownScratch {
-				if _, found := slices.BinarySearch(r.owned, c); !found {
-					r.stale = append(r.stale, c)
-				}
-			}
-		}
+		r.staleReplaced(j.prev, j.changes)
 	}
 	slices.Sort(r.stale)
 	r.stale = slices.Compact(r.stale)
+}
+
+// staleExisting adds to r.stale the per-Service chains of existing, found in the kernel, that are no
+// longer wanted.
+func (r *Renderer) staleExisting(existing []string) {
+	for _, c := range existing {
+		if !isServiceChain(c) {
+			continue
+		}
+		if _, found := slices.BinarySearch(r.owned, c); found {
+			continue
+		}
+		if _, found := slices.BinarySearch(r.bucketsNow, c); found {
+			continue
+		}
+		r.stale = append(r.stale, c)
+	}
+}
+
+// staleReplaced adds to r.stale the chains prev had for the ports changed since, that are no longer wanted.
+func (r *Renderer) staleReplaced(prev *proxy.Snapshot, changes []proxy.ServicePortName) {
+	for _, name := range changes {
+		old := prev.Services[name]
+		if old == nil {
+			continue
+		}
+		st := r.states[name]
+		if st == nil {
+			st = newSvcState(name) // removed from snap: a throwaway state names the old chains
+		}
+		op, err := makePlan(st, old)
+		if err != nil {
+			continue // prev was rendered before, so this does not happen; nothing to delete if it does
+		}
+		r.ownScratch = ownChains(st, old, &op, r.ownScratch)
+		for _, c := range r.ownScratch {
+			if _, found := slices.BinarySearch(r.owned, c); !found {
+				r.stale = append(r.stale, c)
+			}
+		}
+	}
+}
+
+// declareNAT completes r.natDecl, which holds the own chains of the ports to write, with the shared
+// chains written and the stale chains, sorted.
+func (r *Renderer) declareNAT(natShared []*chainOut) {
 	r.natDecl = declared(r.natDecl, natShared)
 	r.natDecl = append(r.natDecl, r.stale...)
 	slices.Sort(r.natDecl)
 	r.natDecl = slices.Compact(r.natDecl)
+}
 
-	// Pass 3: the payload.
+// payloadEstimate is about the size of the payload, so that r.out grows once.
+func (r *Renderer) payloadEstimate(natShared, filterChains []*chainOut, endpointsWritten int) int {
 	estimate := 40*len(r.natDecl) + 400*endpointsWritten + 1024
 	for _, c := range natShared {
 		if c.write {
@@ -364,15 +466,11 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	for _, c := range filterChains {
 		estimate += len(c.w.b)
 	}
-	r.out = slices.Grow(r.out[:0], estimate)
+	return estimate
+}
 
-	res := &Result{
-		Rules:      map[string]int{},
-		RulesTotal: map[string]int{},
-		Chains:     map[string][]string{},
-		Deleted:    map[string][]string{"filter": nil, "nat": r.stale},
-		Full:       rewriteAll,
-	}
+// writeFilter appends the filter table to r.out, if any of its chains is written, and records it in res.
+func (r *Renderer) writeFilter(res *Result, filterChains []*chainOut) {
 	var filterNames []string
 	filterWritten, filterTotal := 0, 0
 	for _, c := range filterChains {
@@ -397,19 +495,27 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 	}
 	res.Rules["filter"], res.RulesTotal["filter"] = filterWritten, filterTotal
 	res.Chains["filter"] = filterNames
+}
 
-	// The own chains of the ports to write, each port's rules a span of r.own.b.
+// renderOwnChains renders into r.own the own chains of the ports to write, each port's rules a span of
+// r.own.b, and returns how many rules the own chains of all ports have.
+func (r *Renderer) renderOwnChains(j *job) (ownRules int) {
 	w := &r.own
 	w.reset()
 	r.spans = r.spans[:0]
 	for _, st := range r.order {
-		if rewriteAll || r.write[st.key] {
+		if r.writes(j, st) {
 			start := len(w.b)
-			st.ownRules = r.renderOwn(w, st, st.sp, &st.plan, &g)
+			st.ownRules = r.renderOwn(w, st, st.sp, &st.plan, &j.g)
 			r.spans = append(r.spans, span{st: st, start: start, end: len(w.b)})
 		}
 		ownRules += st.ownRules
 	}
+	return ownRules
+}
+
+// writeNAT appends the nat table to r.out, in one transaction or in chunks, and records it in res.
+func (r *Renderer) writeNAT(res *Result, natShared []*chainOut, ownRules int) {
 	sharedTotal, sharedWritten := r.bucketRules, 0
 	for _, c := range natShared {
 		if !isBucketChain(c.name) {
@@ -419,20 +525,18 @@ func (r *Renderer) render(snap, prev *proxy.Snapshot, full bool, existing map[st
 			sharedWritten += c.w.lines
 		}
 	}
-	if r.cfg.ChunkLines > 0 && w.lines > 2*r.cfg.ChunkLines {
+	if r.cfg.ChunkLines > 0 && r.own.lines > 2*r.cfg.ChunkLines {
 		r.chunked(res, natShared)
 	} else {
 		r.single(natShared)
 	}
-	res.Rules["nat"] = sharedWritten + w.lines
+	res.Rules["nat"] = sharedWritten + r.own.lines
 	res.RulesTotal["nat"] = sharedTotal + ownRules
 	res.Chains["nat"] = r.owned
 	if len(r.bucketsNow) > 0 {
 		r.chainsOut = mergeSorted(r.chainsOut, r.owned, nil, r.bucketsNow)
 		res.Chains["nat"] = r.chainsOut
 	}
-	res.Payload = r.out
-	return res, nil
 }
 
 // span is the rules of one port's own chains in the render's own-chain buffer.

@@ -106,26 +106,45 @@ func (s *sharedChains) reset() {
 // KUBE-NODEPORTS) and, when dispatching, the bucket chains to consider: all on a full render, else those
 // of touched. It returns them in payload order.
 func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]bool) []*chainOut {
-	out := r.natOut[:0]
-
-	post := r.shared.get("nat", chainPostrouting)
-	post.w.rule(chainPostrouting).t("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").end()
-	// Clear the mark so that a packet traversing the stack again is not masqueraded twice.
-	post.w.rule(chainPostrouting).t("-j", "MARK", "--xor-mark", r.mark).end()
-	post.w.rule(chainPostrouting).comment("kubernetes service traffic requiring SNAT").
-		t("-j", "MASQUERADE", "--random-fully").end()
-	masq := r.shared.get("nat", chainMarkMasq)
-	masq.w.rule(chainMarkMasq).t("-j", "MARK", "--or-mark", r.mark).end()
-
-	services := r.shared.get("nat", chainServices)
-	nodePorts := r.shared.get("nat", chainNodePorts)
-	var counts [256]int
+	var counts [256]int // the cluster-IP rules per bucket, when dispatching
 	if r.dispatch {
 		for _, st := range r.order {
 			if st.lines[fragNATClusterIP] > 0 {
 				counts[bucketOf(st.sp.ClusterIP)]++
 			}
 		}
+	}
+	post, masq := r.buildMasquerade()
+	services, nodePorts := r.buildServices(snap, &counts)
+	out := append(r.natOut[:0], post, masq, services, nodePorts)
+	out = r.buildBuckets(out, &counts, full, touched)
+	r.retireBuckets(&counts)
+	for _, c := range out {
+		r.shared.settle(c, full)
+	}
+	r.natOut = out
+	return out
+}
+
+// buildMasquerade computes KUBE-POSTROUTING and KUBE-MARK-MASQ.
+func (r *Renderer) buildMasquerade() (post, masq *chainOut) {
+	post = r.shared.get("nat", chainPostrouting)
+	post.w.rule(chainPostrouting).t("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").end()
+	// Clear the mark so that a packet traversing the stack again is not masqueraded twice.
+	post.w.rule(chainPostrouting).t("-j", "MARK", "--xor-mark", r.mark).end()
+	post.w.rule(chainPostrouting).comment("kubernetes service traffic requiring SNAT").
+		t("-j", "MASQUERADE", "--random-fully").end()
+	masq = r.shared.get("nat", chainMarkMasq)
+	masq.w.rule(chainMarkMasq).t("-j", "MARK", "--or-mark", r.mark).end()
+	return post, masq
+}
+
+// buildServices computes nat KUBE-SERVICES and KUBE-NODEPORTS from the ports' fragments. When dispatching,
+// KUBE-SERVICES jumps to the buckets that counts has rules for instead of listing the cluster IPs.
+func (r *Renderer) buildServices(snap *proxy.Snapshot, counts *[256]int) (services, nodePorts *chainOut) {
+	services = r.shared.get("nat", chainServices)
+	nodePorts = r.shared.get("nat", chainNodePorts)
+	if r.dispatch {
 		for b, n := range counts {
 			if n > 0 {
 				services.w.rule(chainServices).t("-d")
@@ -153,41 +172,52 @@ func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]boo
 		nodePorts.w.lines += st.lines[fragNATNodePorts]
 	}
 	r.writeNodePortJumps(&services.w, snap)
-	out = append(out, post, masq, services, nodePorts)
+	return services, nodePorts
+}
 
-	// Buckets: the ones to (re)write, and the ones that emptied.
+// buildBuckets sets r.bucketsNow and r.bucketRules from counts and, when dispatching, appends to out the
+// bucket chains to (re)write: all on a full render, else those of touched and those the last render did
+// not have.
+func (r *Renderer) buildBuckets(out []*chainOut, counts *[256]int, full bool, touched map[int]bool) []*chainOut {
 	r.bucketsNow = r.bucketsNow[:0]
 	r.bucketRules = 0
-	if r.dispatch {
-		for b, n := range counts {
-			if n > 0 {
-				r.bucketsNow = append(r.bucketsNow, bucketChains[b])
-				r.bucketRules += n
-			}
-		}
-		var bufs [256]*chainOut
-		for b, n := range counts {
-			if n > 0 && (full || touched[b] || !r.bucketsLast[b]) {
-				bufs[b] = r.shared.get("nat", bucketChains[b])
-			}
-		}
-		for _, st := range r.order {
-			if st.lines[fragNATClusterIP] == 0 {
-				continue
-			}
-			if c := bufs[bucketOf(st.sp.ClusterIP)]; c != nil {
-				// The fragment is "-A KUBE-SERVICES ...": the same rule in the bucket chain.
-				f := st.frag(fragNATClusterIP)
-				c.w.b = append(append(append(c.w.b, "-A "...), c.name...), f[len("-A "+chainServices):]...)
-				c.w.lines++
-			}
-		}
-		for _, c := range bufs {
-			if c != nil {
-				out = append(out, c)
-			}
+	if !r.dispatch {
+		return out
+	}
+	for b, n := range counts {
+		if n > 0 {
+			r.bucketsNow = append(r.bucketsNow, bucketChains[b])
+			r.bucketRules += n
 		}
 	}
+	var bufs [256]*chainOut
+	for b, n := range counts {
+		if n > 0 && (full || touched[b] || !r.bucketsLast[b]) {
+			bufs[b] = r.shared.get("nat", bucketChains[b])
+		}
+	}
+	for _, st := range r.order {
+		if st.lines[fragNATClusterIP] == 0 {
+			continue
+		}
+		if c := bufs[bucketOf(st.sp.ClusterIP)]; c != nil {
+			// The fragment is "-A KUBE-SERVICES ...": the same rule in the bucket chain.
+			f := st.frag(fragNATClusterIP)
+			c.w.b = append(append(append(c.w.b, "-A "...), c.name...), f[len("-A "+chainServices):]...)
+			c.w.lines++
+		}
+	}
+	for _, c := range bufs {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// retireBuckets adds to r.stale, and forgets, the buckets the last render had that emptied or that no
+// longer exist because dispatch is off, then records in r.bucketsLast the buckets of this render.
+func (r *Renderer) retireBuckets(counts *[256]int) {
 	for b := range r.bucketsLast {
 		if counts[b] == 0 || !r.dispatch {
 			r.stale = append(r.stale, bucketChains[b])
@@ -200,11 +230,6 @@ func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]boo
 			r.bucketsLast[b] = true
 		}
 	}
-	for _, c := range out {
-		r.shared.settle(c, full)
-	}
-	r.natOut = out
-	return out
 }
 
 // bucketMatch appends the address/mask that selects bucket b: "0.0.0.b/0.0.0.255" or "::b/::ff".
