@@ -157,24 +157,16 @@ func cleanupXtables(ctx context.Context) error {
 	if err := ipvs.Cleanup(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("ipvs: %w", err))
 	}
-	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
-		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			// Mode iptables always has rules in nat; probing a legacy table that does not exist would create it.
-			if !xtables.HasTable(backend, family, "nat") {
-				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", "no nat table")
-				continue
-			}
-			runner, err := xtables.UsableRunner(backend, family)
-			if err != nil {
-				klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", err.Error())
-				continue
-			}
-			if err := iptables.Cleanup(ctx, runner); err != nil {
-				errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
-				continue
-			}
-			klog.InfoS("Removed iptables-mode rules", "backend", backend, "ipFamily", family)
+	// Mode iptables always has rules in nat.
+	skipped := func(backend xtables.Backend, family v1.IPFamily, why string) {
+		klog.V(2).InfoS("Nothing to clean", "backend", backend, "ipFamily", family, "reason", why)
+	}
+	for _, runner := range xtables.RunnersWithNAT(skipped) {
+		if err := iptables.Cleanup(ctx, runner); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", runner.Backend, runner.Family, err))
+			continue
 		}
+		klog.InfoS("Removed iptables-mode rules", "backend", runner.Backend, "ipFamily", runner.Family)
 	}
 	return errors.Join(errs...)
 }

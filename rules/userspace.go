@@ -49,28 +49,19 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 // cleanupUserspace removes mode userspace's capture rules from every backend and family where they are.
 func cleanupUserspace(ctx context.Context) error {
 	var errs []error
-	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
-		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-			// Probing a legacy table that does not exist would create it.
-			if !xtables.HasTable(backend, family, "nat") {
-				continue
-			}
-			runner, err := xtables.UsableRunner(backend, family)
+	for _, runner := range xtables.RunnersWithNAT(nil) {
+		backend, family := runner.Backend, runner.Family
+		if ok, err := userspace.Present(runner); err != nil || !ok {
 			if err != nil {
-				continue
-			}
-			if ok, err := userspace.Present(runner); err != nil || !ok {
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
-				}
-				continue
-			}
-			if err := userspace.Cleanup(ctx, runner, xtables.IsNotExist); err != nil {
 				errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
-				continue
 			}
-			klog.InfoS("Removed userspace-mode rules", "backend", backend, "ipFamily", family)
+			continue
 		}
+		if err := userspace.Cleanup(ctx, runner, xtables.IsNotExist); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", backend, family, err))
+			continue
+		}
+		klog.InfoS("Removed userspace-mode rules", "backend", backend, "ipFamily", family)
 	}
 	return errors.Join(errs...)
 }

@@ -218,7 +218,7 @@ func orDefault(s, d string) string {
 
 func xtablesAvailable() []string {
 	var out []string
-	for _, b := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+	for _, b := range xtables.Backends {
 		if xtables.Available(b, v1.IPv4Protocol) {
 			out = append(out, string(b))
 		}

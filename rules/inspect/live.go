@@ -72,7 +72,7 @@ func ReadLive(ctx context.Context) (*Live, error) {
 		acct.Close()
 		l.NFAcct = iptables.NFAcct{InvalidDropped: true, LocalhostNodePorts: true}
 	}
-	for _, backend := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+	for _, backend := range xtables.Backends {
 		for _, family := range families {
 			x, err := readXTables(ctx, backend, family, sets, vss)
 			if err != nil {

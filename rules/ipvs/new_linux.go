@@ -180,7 +180,7 @@ func Cleanup(ctx context.Context) error {
 	if err := links.deleteLink(DummyLink); err != nil && !isNotExist(err) {
 		errs = append(errs, fmt.Errorf("deleting %s: %w", DummyLink, err))
 	}
-	for _, b := range []xtables.Backend{xtables.BackendNFT, xtables.BackendLegacy} {
+	for _, b := range xtables.Backends {
 		for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 			if !xtables.Available(b, f) || !xtables.HasTable(b, f, "") {
 				continue

@@ -53,7 +53,7 @@ func Available(b Backend, family v1.IPFamily) bool {
 // system's default `iptables`. The reason is returned for the log.
 func Detect(ctx context.Context) (Backend, string, error) {
 	var candidates []Backend
-	for _, b := range []Backend{BackendNFT, BackendLegacy} {
+	for _, b := range Backends {
 		if Available(b, v1.IPv4Protocol) {
 			candidates = append(candidates, b)
 		}

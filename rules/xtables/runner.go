@@ -207,3 +207,33 @@ func IsNotExist(err error) bool {
 	var e *iptables.Error
 	return errors.As(err, &e) && e.IsNotExist()
 }
+
+// Backends lists the iptables backends in the order every loop over them takes: nft first.
+var Backends = []Backend{BackendNFT, BackendLegacy}
+
+// RunnersWithNAT returns a usable Runner for every backend and IP family (nft first, IPv4 first) whose nat
+// table exists, the tables every mode writing iptables rules has. A legacy nat table that does not exist
+// is not probed, since probing would create it. skipped (nil: ignored) hears why a backend and family
+// were left out.
+func RunnersWithNAT(skipped func(b Backend, family v1.IPFamily, why string)) []*Runner {
+	var out []*Runner
+	for _, b := range Backends {
+		for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			if !HasTable(b, family, "nat") {
+				if skipped != nil {
+					skipped(b, family, "no nat table")
+				}
+				continue
+			}
+			r, err := UsableRunner(b, family)
+			if err != nil {
+				if skipped != nil {
+					skipped(b, family, err.Error())
+				}
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
