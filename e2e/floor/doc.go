@@ -7,8 +7,8 @@
 // excused, when
 //
 //   - every one is a timeout: a refusal, a reset, an unreachable host or a wrong answer never is;
-//   - there are at most ceil(n/ConnectionsPerTimeout) of them for n connections: one in a run of fewer
-//     than 10,000, two in 10,001 to 20,000, and so on;
+//   - there are at most ceil(n/ConnectionsPerTimeout) of them for n connections: one in a run of up to
+//     10,000 (however short), two in 10,001 to 20,000, and so on;
 //   - no two of them lie within IsolationWindow results of each other: what a broken dataplane does
 //     looks different, a gap in the rules fails every connection made in it, many in a row.
 //
