@@ -13,6 +13,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"kube-proxy/e2e/floor"
 )
 
 // Eventually polls cond every 100 ms until it holds, failing t after timeout with what and cond's last
@@ -89,7 +91,7 @@ func ExpectAllFail(t testing.TB, label string, res []HitResult, class string) {
 }
 
 // ExpectNoFailures logs how many connections were made and fails t if any failed, but for isolated
-// timeouts at this host's floor (see floorTimeouts).
+// timeouts at this host's floor (the rule of package kube-proxy/e2e/floor).
 func ExpectNoFailures(t testing.TB, label string, res []HitResult) {
 	t.Helper()
 	fails := 0
@@ -102,8 +104,8 @@ func ExpectNoFailures(t testing.TB, label string, res []HitResult) {
 	if fails == 0 {
 		return
 	}
-	if tolerated := floorTimeouts(res); tolerated == fails {
-		t.Logf("%s: %d isolated timeouts tolerated, at most one per %d connections: this host's floor", label, fails, connectionsPerFloorTimeout)
+	if floor.Excused(len(res), func(i int) string { return res[i].Err }) == fails {
+		t.Logf("%s: %d isolated timeouts tolerated, at most one per %d connections: this host's floor", label, fails, floor.ConnectionsPerTimeout)
 		return
 	}
 	var shown []string
@@ -113,41 +115,6 @@ func ExpectNoFailures(t testing.TB, label string, res []HitResult) {
 		}
 	}
 	t.Errorf("%s: %d of %d connections failed: %s; the first:\n%s", label, fails, len(res), FormatHits(CountHits(res)), strings.Join(shown, "\n"))
-}
-
-// With nothing happening, 4–5 of 82,000–89,000 connections time out on these hosts (docs/RELIABILITY.md,
-// the baseline rows): a check that wants none of tens of thousands fails now and then for nothing. Up to
-// one timeout per connectionsPerFloorTimeout connections is that floor, when no other connection made
-// within isolationWindow results of it failed. What a handover or a bad rule does looks different: a gap
-// in the rules fails every connection made in it, many in a row; a refusal, a reset or a wrong answer is
-// never the floor.
-const (
-	connectionsPerFloorTimeout = 10000
-	isolationWindow            = 50
-)
-
-// floorTimeouts returns how many of res's failures are the host's floor; when it is less than the number
-// of failures, none of them is excused.
-func floorTimeouts(res []HitResult) int {
-	var at []int
-	for i, r := range res {
-		switch r.Err {
-		case "":
-		case "timeout":
-			at = append(at, i)
-		default:
-			return 0
-		}
-	}
-	if len(at) > len(res)/connectionsPerFloorTimeout {
-		return 0
-	}
-	for k := 1; k < len(at); k++ {
-		if at[k]-at[k-1] <= isolationWindow {
-			return 0
-		}
-	}
-	return len(at)
 }
 
 // PodNames returns "pod<i>" for each i: the names the pod servers answer with.

@@ -65,38 +65,3 @@ func TestTail(t *testing.T) {
 		}
 	}
 }
-
-// TestFloorTimeouts: isolated timeouts up to one per 10,000 connections are the host's floor; more, two
-// close together, or any other failure are not.
-func TestFloorTimeouts(t *testing.T) {
-	ok := HitResult{Pod: "pod1"}
-	timeout := HitResult{Err: "timeout"}
-	results := func(n int, fails map[int]HitResult) []HitResult {
-		res := make([]HitResult, n)
-		for i := range res {
-			res[i] = ok
-		}
-		for i, r := range fails {
-			res[i] = r
-		}
-		return res
-	}
-	for _, tc := range []struct {
-		name  string
-		res   []HitResult
-		floor int
-	}{
-		{"none failed", results(30000, nil), 0},
-		{"one timeout in 24,476", results(24476, map[int]HitResult{9000: timeout}), 1},
-		{"two far apart in 24,476", results(24476, map[int]HitResult{100: timeout, 20000: timeout}), 2},
-		{"three in 24,476: above the floor", results(24476, map[int]HitResult{100: timeout, 10000: timeout, 20000: timeout}), 0},
-		{"one timeout in 9,999", results(9999, map[int]HitResult{5: timeout}), 0},
-		{"two close together", results(30000, map[int]HitResult{100: timeout, 130: timeout}), 0},
-		{"a refusal", results(30000, map[int]HitResult{100: {Err: "refused"}}), 0},
-		{"a timeout and a reset", results(30000, map[int]HitResult{100: timeout, 20000: {Err: "reset"}}), 0},
-	} {
-		if got := floorTimeouts(tc.res); got != tc.floor {
-			t.Errorf("%s: floorTimeouts = %d, want %d", tc.name, got, tc.floor)
-		}
-	}
-}

@@ -1,0 +1,208 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// kp is one daemon process: its log in a file, its sd_notify messages on a socket of its own.
+type kp struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
+	started time.Time
+	sock    *net.UnixConn
+	mu      sync.Mutex
+	msgs    []string
+	readyAt time.Time
+}
+
+// start starts binary (with extra environment) as the rows' daemon, at V(2).
+func (b *fb) start(binary string, env ...string) (*kp, error) {
+	b.started++
+	n := b.started
+	d := &kp{done: make(chan struct{}), logPath: fmt.Sprintf("/tmp/kp-%d.log", n)}
+	sockPath := fmt.Sprintf("/run/kp-notify-%d.sock", n)
+	_ = os.Remove(sockPath)
+	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	d.sock = sock
+	logFile, err := os.Create(d.logPath)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	d.cmd = exec.Command(binary, "--config", b.p.Config, "--v=2")
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	d.cmd.Env = append(os.Environ(), append([]string{"NOTIFY_SOCKET=" + sockPath}, env...)...)
+	d.started = time.Now()
+	if err := d.cmd.Start(); err != nil {
+		logFile.Close()
+		sock.Close()
+		return nil, err
+	}
+	logFile.Close()
+	go func() {
+		buf := make([]byte, 8192)
+		for {
+			n, err := sock.Read(buf)
+			if err != nil {
+				return
+			}
+			msg := string(buf[:n])
+			d.mu.Lock()
+			d.msgs = append(d.msgs, msg)
+			if d.readyAt.IsZero() && slices.Contains(strings.Split(msg, "\n"), "READY=1") {
+				d.readyAt = time.Now()
+			}
+			d.mu.Unlock()
+		}
+	}()
+	go func() {
+		_ = d.cmd.Wait()
+		close(d.done)
+	}()
+	b.d = d
+	logf("daemon %d started: %s %v", n, binary, env)
+	return d, nil
+}
+
+func (d *kp) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitReady waits for READY=1 and returns how long it came after the start.
+func (d *kp) waitReady(limit time.Duration) (time.Duration, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		d.mu.Lock()
+		at := d.readyAt
+		d.mu.Unlock()
+		if !at.IsZero() {
+			return at.Sub(d.started), nil
+		}
+		if d.exited() {
+			return 0, fmt.Errorf("the daemon exited before READY=1: %s", d.tail(5))
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("no READY=1 within %v: %s", limit, d.tail(5))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the daemon with SIGTERM (SIGKILL after 15 s); it is idempotent.
+func (d *kp) stop() {
+	if !d.exited() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(15 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+	}
+	d.sock.Close()
+}
+
+// alive says whether the daemon still runs.
+func (d *kp) alive(when string) error {
+	if d.exited() {
+		return fmt.Errorf("%s: the daemon exited (%v): %s", when, d.cmd.ProcessState, d.tail(5))
+	}
+	return nil
+}
+
+// status returns the last STATUS= the daemon sent.
+func (d *kp) status() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := ""
+	for _, m := range d.msgs {
+		for _, l := range strings.Split(m, "\n") {
+			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
+				st = s
+			}
+		}
+	}
+	return st
+}
+
+func (d *kp) log() string {
+	b, _ := os.ReadFile(d.logPath)
+	return string(b)
+}
+
+func (d *kp) logSize() int { return len(d.log()) }
+
+// logLine returns the first line of the log (from offset bytes) matching re, without klog's header,
+// shortened as e2e/faults does.
+func (d *kp) logLine(offset int, re string) string {
+	log := d.log()
+	if offset > len(log) {
+		offset = 0
+	}
+	m := strings.TrimSpace(regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:]))
+	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
+		m = m[i+2:]
+	}
+	if len(m) > 160 {
+		m = m[:160] + "…"
+	}
+	return m
+}
+
+// syncedAt reads the first full IPv4 sync's log line: when it ended and how long it took.
+func (d *kp) syncedAt() (time.Time, time.Duration, bool) {
+	m := regexp.MustCompile(`(?m)^I(\d{4} \d\d:\d\d:\d\d\.\d+) .*"Synced IPVS" ipFamily="IPv4" full=true .*elapsed="([^"]+)"`).FindStringSubmatch(d.log())
+	if m == nil {
+		return time.Time{}, 0, false
+	}
+	t, err := time.ParseInLocation("0102 15:04:05.000000", m[1], time.Local)
+	took, derr := time.ParseDuration(m[2])
+	if err != nil || derr != nil {
+		return time.Time{}, 0, false
+	}
+	t = t.AddDate(d.started.Year(), 0, 0)
+	return t, took, true
+}
+
+// notes sends the daemon's log lines (from offset bytes) matching re to the host, 40 at most.
+func (d *kp) notes(what string, offset int, re string) {
+	log := d.log()
+	if offset > len(log) {
+		offset = 0
+	}
+	lines := regexp.MustCompile(`(?m)^.*(`+re+`).*$`).FindAllString(log[offset:], 40)
+	report("NOTE", what+":\n"+strings.Join(lines, "\n"))
+}
+
+func (d *kp) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(d.log(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// dump copies the end of the daemon's log to the console.
+func (d *kp) dump() {
+	logf("daemon log %s (last 40 lines):\n%s", d.logPath, strings.ReplaceAll(d.tail(40), " | ", "\n"))
+}
