@@ -75,8 +75,7 @@ func NewServer(cfg *config.KubeProxyConfiguration, client API, nodeName string,
 				klog.ErrorS(err, "Health-check node ports listen everywhere", "ipFamily", family)
 			}
 			return st
-		}, s.Proxy.Health())
-		sh.listenFailed = s.serviceHealthFailed
+		}, s.Proxy.Health(), s.serviceHealthFailed)
 		byFamily[d.Family] = sh
 		s.serviceHealth = append(s.serviceHealth, sh)
 	}

@@ -27,7 +27,7 @@ type ServiceHealth struct {
 	addrs  func(*Snapshot) []netip.Addr
 	health *Health
 	listen func(network, addr string) (net.Listener, error)
-	// listenFailed, when set, is told the first time a Service's server cannot listen on a port (again
+	// listenFailed (nil: no one) is told the first time a Service's server cannot listen on a port (again
 	// after it listened, its port changed or it went away): the Server records upstream's Event.
 	listenFailed func(nn types.NamespacedName, port int32, err error)
 
@@ -44,8 +44,10 @@ type hcServer struct {
 }
 
 // NewServiceHealth returns the health-check servers of family, listening on the addresses that the
-// NodePort addresses of settings (read at each sync, so reloads apply) allow.
-func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Health) *ServiceHealth {
+// NodePort addresses of settings (read at each sync, so reloads apply) allow. listenFailed (nil: none) is
+// told when a Service's server cannot listen, once until it does.
+func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Health,
+	listenFailed func(nn types.NamespacedName, port int32, err error)) *ServiceHealth {
 	network, unspecified := "tcp4", netip.IPv4Unspecified()
 	if family == v1.IPv6Protocol {
 		network, unspecified = "tcp6", netip.IPv6Unspecified()
@@ -59,7 +61,7 @@ func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Heal
 		return addrs
 	}
 	return &ServiceHealth{family: family, network: network, addrs: addrs, health: health,
-		listen: net.Listen, services: map[types.NamespacedName]*hcServer{}, failing: map[types.NamespacedName]int32{}}
+		listen: net.Listen, listenFailed: listenFailed, services: map[types.NamespacedName]*hcServer{}, failing: map[types.NamespacedName]int32{}}
 }
 
 // Sync opens and closes servers to match the snapshot and updates their local endpoint counts: the number
