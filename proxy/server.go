@@ -52,7 +52,8 @@ type Server struct {
 func NewServer(cfg *config.KubeProxyConfiguration, client API, nodeName string,
 	registry *prometheus.Registry, dataplanes []FamilyDataplane) *Server {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerProcessMetrics(registry) // client-go's rest_client_* and kubernetes_build_info, as upstream
+	registerProcessMetrics(registry)    // client-go's rest_client_* and kubernetes_build_info, as upstream
+	RegisterFeatureGates(registry, cfg) // kubernetes_feature_enabled, in every mode, as upstream
 	syncPeriod, minSyncPeriod := cfg.SyncPeriods()
 	hostname, _ := os.Hostname() // the Events' reportingInstance, as upstream's
 	s := &Server{NodeName: nodeName, Registry: registry, client: client, cfg: cfg, listenRetry: 5 * time.Second,

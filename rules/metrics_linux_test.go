@@ -157,7 +157,7 @@ func (fakeCounters) Get(name string) (nfacct.Counter, error) {
 }
 
 // modeMetrics registers what the daemon registers in mode: the proxy's metrics (proxy.New, every mode),
-// the feature gates (New, every mode) and the mode's own, made as New's mode constructors make them.
+// the feature gates (proxy.NewServer, every mode) and the mode's own, made as New's mode constructors make them.
 func modeMetrics(t *testing.T, mode modeSet) *recorder {
 	t.Helper()
 	rec := &recorder{Registry: prometheus.NewPedanticRegistry()}

@@ -73,14 +73,12 @@ type Mode struct {
 // sockets (nil: none) is the service manager's store of listening sockets: mode userspace's proxy engines
 // take up the listeners an earlier process stored there and store the ones they open.
 //
-// On reg go the mode's metrics, as upstream registers them per mode, and kubernetes_feature_enabled, which
-// upstream's feature gate registers in every mode.
+// On reg go the mode's metrics, as upstream registers them per mode.
 func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets Sockets) (*Mode, error) {
 	spec, ok := modes[cfg.EffectiveMode()]
 	if !ok {
 		return nil, fmt.Errorf("mode %q is not supported by this kube-proxy (use iptables, ipvs, nftables or userspace)", cfg.Mode)
 	}
-	proxy.RegisterFeatureGates(reg, cfg)
 	if err := conntrack.SetSysctls(cfg.Conntrack); err != nil {
 		klog.ErrorS(err, "Could not apply the conntrack settings; continuing with the kernel's")
 	}
