@@ -52,16 +52,36 @@ func (v *validator) warn(field, format string, args ...any) {
 // or will stop working.
 func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 	v := &validator{}
+	c.validateTypeMeta(v)
+	v.validateFeatureGates(c.FeatureGates)
+	c.validateClientConnection(v)
+	c.validateLogging(v)
+	c.validateServing(v)
+	c.validateMode(v)
+	c.validateModeSections(v)
+	c.validateDetectLocal(v)
+	c.validateNodePortAddresses(v)
+	if a := c.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
+		v.add("oomScoreAdj", "%d is out of range; must be within [-1000, 1000]", *a)
+	}
+	c.validateConntrack(v)
+	if c.ConfigSyncPeriod.Duration <= 0 {
+		v.add("configSyncPeriod", "%s must be greater than 0", c.ConfigSyncPeriod.Duration)
+	}
+	c.validateUserspaceFields(v)
+	return v.errs, v.warns
+}
 
+func (c *KubeProxyConfiguration) validateTypeMeta(v *validator) {
 	if c.APIVersion != "" && c.APIVersion != APIVersion {
 		v.add("apiVersion", "%q is not supported; want %s", c.APIVersion, APIVersion)
 	}
 	if c.Kind != "" && c.Kind != Kind {
 		v.add("kind", "%q is not supported; want %s", c.Kind, Kind)
 	}
+}
 
-	v.validateFeatureGates(c.FeatureGates)
-
+func (c *KubeProxyConfiguration) validateClientConnection(v *validator) {
 	cc := c.ClientConnection
 	if cc.QPS < 0 || math.IsNaN(float64(cc.QPS)) {
 		v.add("clientConnection.qps", "%v must not be negative", cc.QPS)
@@ -69,9 +89,10 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 	if cc.Burst < 0 {
 		v.add("clientConnection.burst", "%d must not be negative", cc.Burst)
 	}
+}
 
-	c.validateLogging(v)
-
+// validateServing checks what the daemon serves on: its bind address, the healthz and metrics servers.
+func (c *KubeProxyConfiguration) validateServing(v *validator) {
 	if parseIP(c.BindAddress) == nil {
 		v.add("bindAddress", "%q is not an IP address", c.BindAddress)
 	}
@@ -88,9 +109,11 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 			v.add("showHiddenMetricsForVersion", "%q is not allowed: only the previous minor release, %q, may be given (or leave it empty)", s, prev)
 		}
 	}
+}
 
-	c.validateMode(v)
-
+// validateModeSections checks iptables.masqueradeBit, which every mode but nftables reads, then the
+// section of the selected mode and its sync periods.
+func (c *KubeProxyConfiguration) validateModeSections(v *validator) {
 	if b := c.IPTables.MasqueradeBit; b != nil && (*b < 0 || *b > 31) {
 		v.add("iptables.masqueradeBit", "%d is out of range; must be within [0, 31]", *b)
 	}
@@ -103,9 +126,9 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 		}
 	}
 	c.validateSyncPeriods(v)
+}
 
-	c.validateDetectLocal(v)
-
+func (c *KubeProxyConfiguration) validateNodePortAddresses(v *validator) {
 	seen := map[string]bool{}
 	for i, a := range c.NodePortAddresses {
 		f := indexPath("nodePortAddresses", i)
@@ -121,11 +144,9 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 			v.add(f, "%s; entries must be CIDRs or one of the keywords %q, %q, %q", err, NodePortAddressesPrimary, NodePortAddressesLocalhost, NodePortAddressesAll)
 		}
 	}
+}
 
-	if a := c.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
-		v.add("oomScoreAdj", "%d is out of range; must be within [-1000, 1000]", *a)
-	}
-
+func (c *KubeProxyConfiguration) validateConntrack(v *validator) {
 	ct := c.Conntrack
 	if ct.MaxPerCore != nil && *ct.MaxPerCore < 0 {
 		v.add("conntrack.maxPerCore", "%d must not be negative (0 leaves the kernel's limit alone)", *ct.MaxPerCore)
@@ -137,11 +158,11 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 	v.nonNegative("conntrack.tcpCloseWaitTimeout", ct.TCPCloseWaitTimeout)
 	v.nonNegative("conntrack.udpTimeout", &ct.UDPTimeout)
 	v.nonNegative("conntrack.udpStreamTimeout", &ct.UDPStreamTimeout)
+}
 
-	if c.ConfigSyncPeriod.Duration <= 0 {
-		v.add("configSyncPeriod", "%s must be greater than 0", c.ConfigSyncPeriod.Duration)
-	}
-
+// validateUserspaceFields checks the settings of upstream's removed userspace mode, which only mode
+// userspace, this kube-proxy's extension, reads.
+func (c *KubeProxyConfiguration) validateUserspaceFields(v *validator) {
 	if d := c.UDPIdleTimeout; d.Duration != 0 {
 		switch {
 		case d.Duration < 0:
@@ -154,7 +175,6 @@ func (c *KubeProxyConfiguration) validate() (errs, warns []*FieldError) {
 		// Upstream still has the field but reads nothing from it, whatever it holds.
 		v.warn("portRange", "ignored: it configured the userspace proxy mode, which upstream removed in v1.26")
 	}
-	return v.errs, v.warns
 }
 
 func (v *validator) nonNegative(field string, d *metav1.Duration) {

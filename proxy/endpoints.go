@@ -62,26 +62,50 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 		return nil, nil
 	}
 	ps = &parsedSlice{name: es.Name, family: family}
-	if s := es.Annotations[AnnotationLastChangeTriggerTime]; s != "" {
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			ps.triggerTime = t
-		} else {
-			problems = append(problems, fmt.Sprintf("annotation %s: %q is not an RFC 3339 time", AnnotationLastChangeTriggerTime, s))
-		}
-	}
-	if len(es.Ports) > 0 {
-		ps.ports = make([]slicePort, 0, len(es.Ports))
-	}
+	ps.triggerTime = parseTriggerTime(es, &problems)
+	ps.ports = parseSlicePorts(es.Ports, &problems)
 	if len(es.Endpoints) > 0 {
 		ps.endpoints = make([]Endpoint, 0, len(es.Endpoints))
 	}
-	for i, p := range es.Ports {
+	for i := range es.Endpoints {
+		if e, ok := parseEndpoint(es, i, family, nodeName, &problems); ok {
+			ps.endpoints = append(ps.endpoints, e)
+		}
+	}
+	if len(ps.ports) == 1 {
+		ps.finishSinglePort()
+	}
+	return ps, problems
+}
+
+// parseTriggerTime returns the slice's last-change-trigger-time annotation, zero when absent or (reported
+// in problems) unparsable.
+func parseTriggerTime(es *discovery.EndpointSlice, problems *[]string) time.Time {
+	s := es.Annotations[AnnotationLastChangeTriggerTime]
+	if s == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		*problems = append(*problems, fmt.Sprintf("annotation %s: %q is not an RFC 3339 time", AnnotationLastChangeTriggerTime, s))
+		return time.Time{}
+	}
+	return t
+}
+
+// parseSlicePorts converts the slice's ports, dropping (and reporting) those without a valid number.
+func parseSlicePorts(in []discovery.EndpointPort, problems *[]string) []slicePort {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]slicePort, 0, len(in))
+	for i, p := range in {
 		switch {
 		case p.Port == nil:
-			problems = append(problems, fmt.Sprintf("ports[%d].port: missing", i))
+			*problems = append(*problems, fmt.Sprintf("ports[%d].port: missing", i))
 			continue
 		case *p.Port <= 0 || *p.Port > 65535:
-			problems = append(problems, fmt.Sprintf("ports[%d].port: %d is out of range", i, *p.Port))
+			*problems = append(*problems, fmt.Sprintf("ports[%d].port: %d is out of range", i, *p.Port))
 			continue
 		}
 		sp := slicePort{port: *p.Port, protocol: v1.ProtocolTCP}
@@ -91,66 +115,78 @@ func parseSlice(es *discovery.EndpointSlice, nodeName string) (ps *parsedSlice, 
 		if p.Protocol != nil {
 			sp.protocol = *p.Protocol
 		}
-		ps.ports = append(ps.ports, sp)
+		out = append(out, sp)
 	}
-	for i := range es.Endpoints {
-		ep := &es.Endpoints[i]
-		if len(ep.Addresses) == 0 {
-			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses: empty", i))
-			continue
-		}
-		ip, err := parseIP(ep.Addresses[0])
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses[0]: %v", i, err))
-			continue
-		}
-		if ipFamily(ip) != family {
-			problems = append(problems, fmt.Sprintf("endpoints[%d].addresses[0]: %s is not an %s address as addressType says", i, ip, es.AddressType))
-			continue
-		}
-		e := Endpoint{
-			IP:          ip,
-			Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-			Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
-			Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
-		}
-		if ep.NodeName != nil {
-			e.NodeName = topologyNames.intern(*ep.NodeName)
-			e.IsLocal = nodeName != "" && e.NodeName == nodeName
-		}
-		if ep.Zone != nil {
-			e.Zone = topologyNames.intern(*ep.Zone)
-		}
-		if ep.Hints != nil && len(ep.Hints.ForZones)+len(ep.Hints.ForNodes) > 0 {
-			h := &Hints{}
-			for _, z := range ep.Hints.ForZones {
-				h.Zones = append(h.Zones, topologyNames.intern(z.Name))
-			}
-			for _, n := range ep.Hints.ForNodes {
-				h.Nodes = append(h.Nodes, topologyNames.intern(n.Name))
-			}
-			slices.Sort(h.Zones)
-			slices.Sort(h.Nodes)
-			e.Hints = h
-		}
-		ps.endpoints = append(ps.endpoints, e)
+	return out
+}
+
+// parseEndpoint converts the slice's endpoint i (without its port). It reports false, and the reason in
+// problems, when the endpoint has no usable address of the slice's family.
+func parseEndpoint(es *discovery.EndpointSlice, i int, family v1.IPFamily, nodeName string, problems *[]string) (Endpoint, bool) {
+	ep := &es.Endpoints[i]
+	if len(ep.Addresses) == 0 {
+		*problems = append(*problems, fmt.Sprintf("endpoints[%d].addresses: empty", i))
+		return Endpoint{}, false
 	}
-	if len(ps.ports) == 1 {
-		port := ps.ports[0].port
-		for i := range ps.endpoints {
-			ps.endpoints[i].Port = port
-			ps.endpoints[i].Addr = NewEndpoint(ps.endpoints[i].IP, port).Addr
-		}
-		slices.SortFunc(ps.endpoints, func(a, b Endpoint) int { return cmpString(a.Addr, b.Addr) })
-		ps.final = true
-		for i := 1; i < len(ps.endpoints); i++ {
-			if ps.endpoints[i].Addr == ps.endpoints[i-1].Addr {
-				ps.final = false // duplicates: endpointsFor resolves them
-				break
-			}
+	ip, err := parseIP(ep.Addresses[0])
+	if err != nil {
+		*problems = append(*problems, fmt.Sprintf("endpoints[%d].addresses[0]: %v", i, err))
+		return Endpoint{}, false
+	}
+	if ipFamily(ip) != family {
+		*problems = append(*problems, fmt.Sprintf("endpoints[%d].addresses[0]: %s is not an %s address as addressType says", i, ip, es.AddressType))
+		return Endpoint{}, false
+	}
+	e := Endpoint{
+		IP:          ip,
+		Ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+		Serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+		Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+	}
+	if ep.NodeName != nil {
+		e.NodeName = topologyNames.intern(*ep.NodeName)
+		e.IsLocal = nodeName != "" && e.NodeName == nodeName
+	}
+	if ep.Zone != nil {
+		e.Zone = topologyNames.intern(*ep.Zone)
+	}
+	e.Hints = parseHints(ep.Hints)
+	return e, true
+}
+
+// parseHints converts an endpoint's topology hints, nil when it has none.
+func parseHints(in *discovery.EndpointHints) *Hints {
+	if in == nil || len(in.ForZones)+len(in.ForNodes) == 0 {
+		return nil
+	}
+	h := &Hints{}
+	for _, z := range in.ForZones {
+		h.Zones = append(h.Zones, topologyNames.intern(z.Name))
+	}
+	for _, n := range in.ForNodes {
+		h.Nodes = append(h.Nodes, topologyNames.intern(n.Name))
+	}
+	slices.Sort(h.Zones)
+	slices.Sort(h.Nodes)
+	return h
+}
+
+// finishSinglePort makes the endpoints of a slice with one port what endpointsFor would make of it alone
+// (Port and Addr set, sorted by Addr), and marks them final unless two share an address.
+func (ps *parsedSlice) finishSinglePort() {
+	port := ps.ports[0].port
+	for i := range ps.endpoints {
+		ps.endpoints[i].Port = port
+		ps.endpoints[i].Addr = NewEndpoint(ps.endpoints[i].IP, port).Addr
+	}
+	slices.SortFunc(ps.endpoints, func(a, b Endpoint) int { return cmpString(a.Addr, b.Addr) })
+	ps.final = true
+	for i := 1; i < len(ps.endpoints); i++ {
+		if ps.endpoints[i].Addr == ps.endpoints[i-1].Addr {
+			ps.final = false // duplicates: endpointsFor resolves them
+			break
 		}
 	}
-	return ps, problems
 }
 
 // topologyNames holds one copy of each node and zone name endpoints carry: the API decodes a string per

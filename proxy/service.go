@@ -178,57 +178,99 @@ func servicePorts(nn types.NamespacedName, svc *serviceSpec, family v1.IPFamily,
 	if err != nil {
 		return nil, []string{fmt.Sprintf("spec.clusterIPs: %v", err)}
 	}
+	base := svc.sharedPort(clusterIP, family, opts, &problems)
+	for i, p := range svc.ports {
+		if sp := p.servicePort(i, nn, &base, &problems); sp != nil {
+			ports = append(ports, sp)
+		}
+	}
+	return ports, problems
+}
 
-	externallyAccessible := svc.typ == v1.ServiceTypeLoadBalancer || svc.typ == v1.ServiceTypeNodePort ||
-		(svc.typ == v1.ServiceTypeClusterIP && len(svc.externalIPs) > 0)
+// sharedPort returns what every ServicePort of the Service has in common: all but the port itself.
+func (s *serviceSpec) sharedPort(clusterIP netip.Addr, family v1.IPFamily, opts serviceOptions, problems *[]string) ServicePort {
+	externallyAccessible := s.typ == v1.ServiceTypeLoadBalancer || s.typ == v1.ServiceTypeNodePort ||
+		(s.typ == v1.ServiceTypeClusterIP && len(s.externalIPs) > 0)
 	base := ServicePort{
 		ClusterIP:           clusterIP,
-		ExternalPolicyLocal: externallyAccessible && svc.externalPolicy == v1.ServiceExternalTrafficPolicyLocal,
-		InternalPolicyLocal: svc.internalPolicy == v1.ServiceInternalTrafficPolicyLocal,
-		TrafficDistribution: svc.trafficDistribution,
+		ExternalPolicyLocal: externallyAccessible && s.externalPolicy == v1.ServiceExternalTrafficPolicyLocal,
+		InternalPolicyLocal: s.internalPolicy == v1.ServiceInternalTrafficPolicyLocal,
+		TrafficDistribution: s.trafficDistribution,
 	}
-	if svc.affinity == v1.ServiceAffinityClientIP {
-		base.StickyMaxAgeSeconds = v1.DefaultClientIPServiceAffinitySeconds
-		if svc.affinityTimeout != nil {
-			base.StickyMaxAgeSeconds = *svc.affinityTimeout
-		}
-		if base.StickyMaxAgeSeconds <= 0 {
-			problems = append(problems, fmt.Sprintf("spec.sessionAffinityConfig.clientIP.timeoutSeconds: %d is not positive", base.StickyMaxAgeSeconds))
-			base.StickyMaxAgeSeconds = v1.DefaultClientIPServiceAffinitySeconds
-		}
-	}
+	base.StickyMaxAgeSeconds = s.stickyMaxAgeSeconds(problems)
 	if opts.externalIPs {
-		for i, s := range svc.externalIPs {
-			ip, err := parseIP(s)
-			if err != nil {
-				if strings.TrimSpace(s) != "" {
-					problems = append(problems, fmt.Sprintf("spec.externalIPs[%d]: %v", i, err))
-				}
-				continue
-			}
-			if ipFamily(ip) == family {
-				base.ExternalIPs = append(base.ExternalIPs, ip)
-			}
+		base.ExternalIPs = s.externalIPsOf(family, problems)
+	}
+	base.LoadBalancerIPs = s.loadBalancerIPsOf(family, problems)
+	base.LoadBalancerSourceRanges = s.sourceRangesOf(family, problems)
+	if s.typ == v1.ServiceTypeLoadBalancer && base.ExternalPolicyLocal {
+		base.HealthCheckNodePort = s.healthCheckNodePort
+		if base.HealthCheckNodePort == 0 {
+			*problems = append(*problems, "spec.healthCheckNodePort: missing on a LoadBalancer Service with externalTrafficPolicy Local")
 		}
 	}
-	for i, s := range svc.lbIPs {
-		if s == "" {
-			continue
-		}
-		ip, err := parseIP(s)
+	return base
+}
+
+// stickyMaxAgeSeconds returns the ClientIP session affinity timeout, 0 without session affinity.
+func (s *serviceSpec) stickyMaxAgeSeconds(problems *[]string) int32 {
+	if s.affinity != v1.ServiceAffinityClientIP {
+		return 0
+	}
+	t := v1.DefaultClientIPServiceAffinitySeconds
+	if s.affinityTimeout != nil {
+		t = *s.affinityTimeout
+	}
+	if t <= 0 {
+		*problems = append(*problems, fmt.Sprintf("spec.sessionAffinityConfig.clientIP.timeoutSeconds: %d is not positive", t))
+		t = v1.DefaultClientIPServiceAffinitySeconds
+	}
+	return t
+}
+
+// externalIPsOf returns spec.externalIPs of the family. Blank entries are dropped silently.
+func (s *serviceSpec) externalIPsOf(family v1.IPFamily, problems *[]string) (ips []netip.Addr) {
+	for i, str := range s.externalIPs {
+		ip, err := parseIP(str)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("status.loadBalancer.ingress[%d].ip: %v", i, err))
+			if strings.TrimSpace(str) != "" {
+				*problems = append(*problems, fmt.Sprintf("spec.externalIPs[%d]: %v", i, err))
+			}
 			continue
 		}
 		if ipFamily(ip) == family {
-			base.LoadBalancerIPs = append(base.LoadBalancerIPs, ip)
+			ips = append(ips, ip)
 		}
 	}
-	for i, s := range svc.sourceRanges {
-		p, err := parseCIDR(s)
+	return ips
+}
+
+// loadBalancerIPsOf returns the load-balancer ingress IPs (in VIP mode) of the family.
+func (s *serviceSpec) loadBalancerIPsOf(family v1.IPFamily, problems *[]string) (ips []netip.Addr) {
+	for i, str := range s.lbIPs {
+		if str == "" {
+			continue
+		}
+		ip, err := parseIP(str)
 		if err != nil {
-			if strings.TrimSpace(s) != "" {
-				problems = append(problems, fmt.Sprintf("spec.loadBalancerSourceRanges[%d]: %v", i, err))
+			*problems = append(*problems, fmt.Sprintf("status.loadBalancer.ingress[%d].ip: %v", i, err))
+			continue
+		}
+		if ipFamily(ip) == family {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
+// sourceRangesOf returns spec.loadBalancerSourceRanges of the family, or nil when one of them admits
+// everyone (no filtering at all). Blank entries are dropped silently.
+func (s *serviceSpec) sourceRangesOf(family v1.IPFamily, problems *[]string) (ranges []netip.Prefix) {
+	for i, str := range s.sourceRanges {
+		p, err := parseCIDR(str)
+		if err != nil {
+			if strings.TrimSpace(str) != "" {
+				*problems = append(*problems, fmt.Sprintf("spec.loadBalancerSourceRanges[%d]: %v", i, err))
 			}
 			continue
 		}
@@ -236,43 +278,38 @@ func servicePorts(nn types.NamespacedName, svc *serviceSpec, family v1.IPFamily,
 			continue
 		}
 		if p.Bits() == 0 { // a range that admits everyone means no filtering at all
-			base.LoadBalancerSourceRanges = nil
-			break
+			return nil
 		}
-		base.LoadBalancerSourceRanges = append(base.LoadBalancerSourceRanges, p)
+		ranges = append(ranges, p)
 	}
-	if svc.typ == v1.ServiceTypeLoadBalancer && base.ExternalPolicyLocal {
-		base.HealthCheckNodePort = svc.healthCheckNodePort
-		if base.HealthCheckNodePort == 0 {
-			problems = append(problems, "spec.healthCheckNodePort: missing on a LoadBalancer Service with externalTrafficPolicy Local")
-		}
-	}
+	return ranges
+}
 
-	for i, p := range svc.ports {
-		if p.port <= 0 || p.port > 65535 {
-			problems = append(problems, fmt.Sprintf("spec.ports[%d].port: %d is out of range", i, p.port))
-			continue
-		}
-		if p.nodePort < 0 || p.nodePort > 65535 {
-			problems = append(problems, fmt.Sprintf("spec.ports[%d].nodePort: %d is out of range", i, p.nodePort))
-			continue
-		}
-		proto := p.protocol
-		if proto == "" {
-			proto = v1.ProtocolTCP
-		}
-		if proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP {
-			problems = append(problems, fmt.Sprintf("spec.ports[%d].protocol: %q is not TCP, UDP or SCTP", i, proto))
-			continue
-		}
-		sp := base
-		sp.Name = ServicePortName{NamespacedName: nn, Port: p.name, Protocol: proto}
-		sp.Port = p.port
-		sp.Protocol = proto
-		sp.NodePort = p.nodePort
-		ports = append(ports, &sp)
+// servicePort returns the ServicePort of spec.ports[i] on top of base, or nil (reported in problems) when
+// its port numbers or protocol are invalid.
+func (p *specPort) servicePort(i int, nn types.NamespacedName, base *ServicePort, problems *[]string) *ServicePort {
+	if p.port <= 0 || p.port > 65535 {
+		*problems = append(*problems, fmt.Sprintf("spec.ports[%d].port: %d is out of range", i, p.port))
+		return nil
 	}
-	return ports, problems
+	if p.nodePort < 0 || p.nodePort > 65535 {
+		*problems = append(*problems, fmt.Sprintf("spec.ports[%d].nodePort: %d is out of range", i, p.nodePort))
+		return nil
+	}
+	proto := p.protocol
+	if proto == "" {
+		proto = v1.ProtocolTCP
+	}
+	if proto != v1.ProtocolTCP && proto != v1.ProtocolUDP && proto != v1.ProtocolSCTP {
+		*problems = append(*problems, fmt.Sprintf("spec.ports[%d].protocol: %q is not TCP, UDP or SCTP", i, proto))
+		return nil
+	}
+	sp := *base
+	sp.Name = ServicePortName{NamespacedName: nn, Port: p.name, Protocol: proto}
+	sp.Port = p.port
+	sp.Protocol = proto
+	sp.NodePort = p.nodePort
+	return &sp
 }
 
 // clusterIPOfFamily returns the Service's cluster IP of the given family, or "".

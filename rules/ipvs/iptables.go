@@ -47,120 +47,185 @@ type ruleInputs struct {
 // renderRules writes the iptables-restore payload (nat and filter tables) of IPVS mode. Every chain it
 // declares is flushed and rewritten when the payload is restored with --noflush.
 func renderRules(cfg *Config, in *ruleInputs) []byte {
-	var nat, filter rulesBuf
-	name := func(id setID) string { return setName(id, cfg.Family) }
-	comment := func(id setID) string { return strconv.Quote(setDefs[id].comment) }
-	mark := cfg.mark()
+	w := &ruleWriter{cfg: cfg, in: in, mark: cfg.mark()}
+	w.writeLoopbackReturn()
+	w.writeSetRules()
+	w.writeClusterIPMasquerade()
+	w.writeExternalIPRules()
+	w.writeChainDefaults()
+	w.writeNoLocalDrops()
+	w.writeNoNodeAccess()
+	w.writeAccepts()
+	w.writeIPVSFilter()
+	w.writePostrouting()
+	return w.payload()
+}
 
+// ruleWriter writes the rules of renderRules into the nat and filter tables. Its steps append to each
+// table in the order of the payload.
+type ruleWriter struct {
+	cfg         *Config
+	in          *ruleInputs
+	mark        string
+	nat, filter rulesBuf
+}
+
+// name is the family's name of a set.
+func (w *ruleWriter) name(id setID) string { return setName(id, w.cfg.Family) }
+
+// comment is a set's comment, quoted.
+func (w *ruleWriter) comment(id setID) string { return strconv.Quote(setDefs[id].comment) }
+
+// setRule writes a rule to chain in b that matches set id with the direction flags dirs, behind the set's
+// comment, followed by rest.
+func (w *ruleWriter) setRule(b *rulesBuf, chain string, id setID, dirs string, rest ...string) {
+	var buf [24]string // on the stack: the rules are written, not kept
+	args := append(buf[:0], "-m", "comment", "--comment", w.comment(id), "-m", "set", "--match-set", w.name(id), dirs)
+	b.rule(chain, append(args, rest...)...)
+}
+
+// writeLoopbackReturn writes the rule that leaves traffic from a loopback address alone.
+func (w *ruleWriter) writeLoopbackReturn() {
 	loopback := "127.0.0.0/8"
-	if cfg.Family == v1.IPv6Protocol {
+	if w.cfg.Family == v1.IPv6Protocol {
 		loopback = "::1/128"
 	}
-	nat.rule(chainServices, "-s", loopback, "-j", "RETURN")
+	w.nat.rule(chainServices, "-s", loopback, "-j", "RETURN")
+}
 
+// writeSetRules writes setRules, for the sets that have members.
+func (w *ruleWriter) writeSetRules() {
 	for _, r := range setRules {
-		if !in.nonEmpty[r.set] {
+		if !w.in.nonEmpty[r.set] {
 			continue
 		}
-		b := &nat
+		b := &w.nat
 		if r.table == "filter" {
-			b = &filter
+			b = &w.filter
 		}
 		args := []string{}
 		if r.protoArgs != "" {
 			args = append(args, "-p", r.protoArgs)
 		}
-		args = append(args, "-m", "comment", "--comment", comment(r.set), "-m", "set", "--match-set", name(r.set), r.match, "-j", r.target)
+		args = append(args, "-m", "comment", "--comment", w.comment(r.set), "-m", "set", "--match-set", w.name(r.set), r.match, "-j", r.target)
 		b.rule(r.chain, args...)
 	}
+}
 
-	if in.nonEmpty[setClusterIP] {
-		args := []string{"-m", "comment", "--comment", comment(setClusterIP), "-m", "set", "--match-set", name(setClusterIP)}
-		switch notLocal := cfg.notLocalArgs(in.node); {
-		case cfg.MasqueradeAll:
-			nat.rule(chainServices, append(args, "dst,dst", "-j", chainMarkMasq)...)
-		case notLocal != nil:
-			// Traffic to a cluster IP from outside the pod network may be answered by a pod on another
-			// node: masquerade it so the reply comes back here.
-			nat.rule(chainServices, append(append(args, "dst,dst"), append(notLocal, "-j", chainMarkMasq)...)...)
-		default:
-			// Without a way to tell pod traffic, masquerade what the node sends from a service address
-			// (kube-ipvs0 holds them all, so the kernel may pick one as the source).
-			nat.rule(chainServices, append(args, "src,dst", "-j", chainMarkMasq)...)
-		}
+// writeClusterIPMasquerade writes the rule that marks traffic to cluster IPs for masquerading: all of it
+// with masqueradeAll, else what does not come from a local pod.
+func (w *ruleWriter) writeClusterIPMasquerade() {
+	if !w.in.nonEmpty[setClusterIP] {
+		return
 	}
+	switch notLocal := w.cfg.notLocalArgs(w.in.node); {
+	case w.cfg.MasqueradeAll:
+		w.setRule(&w.nat, chainServices, setClusterIP, "dst,dst", "-j", chainMarkMasq)
+	case notLocal != nil:
+		// Traffic to a cluster IP from outside the pod network may be answered by a pod on another
+		// node: masquerade it so the reply comes back here.
+		w.setRule(&w.nat, chainServices, setClusterIP, "dst,dst", append(notLocal, "-j", chainMarkMasq)...)
+	default:
+		// Without a way to tell pod traffic, masquerade what the node sends from a service address
+		// (kube-ipvs0 holds them all, so the kernel may pick one as the source).
+		w.setRule(&w.nat, chainServices, setClusterIP, "src,dst", "-j", chainMarkMasq)
+	}
+}
 
-	externalAccept := func(args []string) {
-		// Traffic from off the node (neither bridged from a container nor sent locally) is accepted...
-		nat.rule(chainServices, append(append([]string{}, args...), "-m", "physdev", "!", "--physdev-is-in",
-			"-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT")...)
-		// ...and so is traffic to an external IP that is one of the node's own addresses.
-		nat.rule(chainServices, append(append([]string{}, args...), "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT")...)
+// writeExternalIPRules writes the rules of external IPs: Cluster-policy traffic to them is masqueraded,
+// and traffic from off the node or to the node's own addresses is accepted.
+func (w *ruleWriter) writeExternalIPRules() {
+	if w.in.nonEmpty[setExternalIP] {
+		w.setRule(&w.nat, chainServices, setExternalIP, "dst,dst", "-j", chainMarkMasq)
+		w.acceptExternal(setExternalIP)
 	}
-	if in.nonEmpty[setExternalIP] {
-		args := []string{"-m", "comment", "--comment", comment(setExternalIP), "-m", "set", "--match-set", name(setExternalIP), "dst,dst"}
-		nat.rule(chainServices, append(append([]string{}, args...), "-j", chainMarkMasq)...)
-		externalAccept(args)
+	if w.in.nonEmpty[setExternalIPLocal] {
+		w.acceptExternal(setExternalIPLocal)
 	}
-	if in.nonEmpty[setExternalIPLocal] {
-		externalAccept([]string{"-m", "comment", "--comment", comment(setExternalIPLocal), "-m", "set", "--match-set", name(setExternalIPLocal), "dst,dst"})
-	}
+}
 
-	nat.rule(chainServices, "-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePort)
-	nat.rule(chainLoadBalancer, "-j", chainMarkMasq)
-	filter.rule(chainSourceRangesFirewall, "-j", "DROP")
+// acceptExternal writes the accept rules of the external IPs in set id.
+func (w *ruleWriter) acceptExternal(id setID) {
+	// Traffic from off the node (neither bridged from a container nor sent locally) is accepted...
+	w.setRule(&w.nat, chainServices, id, "dst,dst", "-m", "physdev", "!", "--physdev-is-in",
+		"-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "ACCEPT")
+	// ...and so is traffic to an external IP that is one of the node's own addresses.
+	w.setRule(&w.nat, chainServices, id, "dst,dst", "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT")
+}
 
-	// Local traffic policies without local endpoints (ours; upstream has no equivalent): iptables mode
-	// drops such traffic. Cluster IPs drop for everyone; external addresses only for traffic that comes
-	// from neither the node nor (when it can be told) a local pod, which still reaches the Service.
-	if in.nonEmpty[setInternalNoLocal] {
-		filter.rule(chainProxyFirewall, "-m", "comment", "--comment", comment(setInternalNoLocal),
-			"-m", "set", "--match-set", name(setInternalNoLocal), "dst,dst", "-j", "DROP")
-	}
-	if in.nonEmpty[setExternalNoLocal] {
-		args := []string{"-m", "comment", "--comment", comment(setExternalNoLocal),
-			"-m", "set", "--match-set", name(setExternalNoLocal), "dst,dst"}
-		args = append(args, cfg.notLocalArgs(in.node)...)
-		filter.rule(chainProxyFirewall, append(args, "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP")...)
-	}
+// writeChainDefaults writes what becomes of traffic the set rules did not match: traffic to a local
+// address goes on to the node ports, load-balancer traffic is masqueraded, and traffic outside the source
+// ranges is dropped.
+func (w *ruleWriter) writeChainDefaults() {
+	w.nat.rule(chainServices, "-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePort)
+	w.nat.rule(chainLoadBalancer, "-j", chainMarkMasq)
+	w.filter.rule(chainSourceRangesFirewall, "-j", "DROP")
+}
 
-	// The node must not reach load balancers whose source ranges exclude it.
-	for _, e := range in.noNodeAccess {
+// writeNoLocalDrops writes the drops of Local traffic policies without local endpoints (ours; upstream
+// has no equivalent): iptables mode drops such traffic. Cluster IPs drop for everyone; external addresses
+// only for traffic that comes from neither the node nor (when it can be told) a local pod, which still
+// reaches the Service.
+func (w *ruleWriter) writeNoLocalDrops() {
+	if w.in.nonEmpty[setInternalNoLocal] {
+		w.setRule(&w.filter, chainProxyFirewall, setInternalNoLocal, "dst,dst", "-j", "DROP")
+	}
+	if w.in.nonEmpty[setExternalNoLocal] {
+		w.setRule(&w.filter, chainProxyFirewall, setExternalNoLocal, "dst,dst",
+			append(w.cfg.notLocalArgs(w.in.node), "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP")...)
+	}
+}
+
+// writeNoNodeAccess writes the drops that keep the node from load balancers whose source ranges exclude
+// it.
+func (w *ruleWriter) writeNoNodeAccess() {
+	for _, e := range w.in.noNodeAccess {
 		ip := e.ip.String()
-		filter.rule(chainIPVSOutFilter, "-s", ip, "-m", "ipvs", "--vaddr", ip, "--vproto", e.proto.String(),
+		w.filter.rule(chainIPVSOutFilter, "-s", ip, "-m", "ipvs", "--vaddr", ip, "--vproto", e.proto.String(),
 			"--vport", strconv.Itoa(int(e.port)), "-j", "DROP")
 	}
+}
 
-	// Accept what IPVS serves, in case other rules would block it.
-	if in.nonEmpty[setClusterIP] {
-		nat.rule(chainServices, "-m", "set", "--match-set", name(setClusterIP), "dst,dst", "-j", "ACCEPT")
+// writeAccepts writes the accept rules of what IPVS serves, in case other rules would block it: traffic to
+// cluster and load-balancer IPs, marked and established forwarded traffic, and health-check node ports.
+func (w *ruleWriter) writeAccepts() {
+	if w.in.nonEmpty[setClusterIP] {
+		w.nat.rule(chainServices, "-m", "set", "--match-set", w.name(setClusterIP), "dst,dst", "-j", "ACCEPT")
 	}
-	if in.nonEmpty[setLoadBalancer] {
-		nat.rule(chainServices, "-m", "set", "--match-set", name(setLoadBalancer), "dst,dst", "-j", "ACCEPT")
+	if w.in.nonEmpty[setLoadBalancer] {
+		w.nat.rule(chainServices, "-m", "set", "--match-set", w.name(setLoadBalancer), "dst,dst", "-j", "ACCEPT")
 	}
-
-	filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding rules"`,
-		"-m", "mark", "--mark", mark+"/"+mark, "-j", "ACCEPT")
-	filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding conntrack rule"`,
+	w.filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding rules"`,
+		"-m", "mark", "--mark", w.mark+"/"+w.mark, "-j", "ACCEPT")
+	w.filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding conntrack rule"`,
 		"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
-	filter.rule(chainNodePort, "-m", "comment", "--comment", comment(setHealthCheckNodePort),
-		"-m", "set", "--match-set", name(setHealthCheckNodePort), "dst", "-j", "ACCEPT")
+	w.setRule(&w.filter, chainNodePort, setHealthCheckNodePort, "dst", "-j", "ACCEPT")
+}
 
-	// Service addresses answer only on their service ports: reject new connections to anything else on
-	// them (they are local addresses, so host services would otherwise be reachable through them).
+// writeIPVSFilter writes the rules by which service addresses answer only on their service ports: new
+// connections to anything else on them are rejected (they are local addresses, so host services would
+// otherwise be reachable through them).
+func (w *ruleWriter) writeIPVSFilter() {
 	for _, id := range []setID{setLoadBalancer, setClusterIP, setExternalIP, setExternalIPLocal} {
-		filter.rule(chainIPVSFilter, "-m", "set", "--match-set", name(id), "dst,dst", "-j", "RETURN")
+		w.filter.rule(chainIPVSFilter, "-m", "set", "--match-set", w.name(id), "dst,dst", "-j", "RETURN")
 	}
-	filter.rule(chainIPVSFilter, "-m", "set", "--match-set", name(setHealthCheckNodePort), "dst", "-j", "RETURN")
-	filter.rule(chainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW",
-		"-m", "set", "--match-set", name(setIPVSIPs), "dst", "-j", "REJECT")
+	w.filter.rule(chainIPVSFilter, "-m", "set", "--match-set", w.name(setHealthCheckNodePort), "dst", "-j", "RETURN")
+	w.filter.rule(chainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW",
+		"-m", "set", "--match-set", w.name(setIPVSIPs), "dst", "-j", "REJECT")
+}
 
-	nat.rule(chainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
-	nat.rule(chainPostrouting, "-j", "MARK", "--xor-mark", mark)
-	nat.rule(chainPostrouting, "-m", "comment", "--comment", `"kubernetes service traffic requiring SNAT"`,
+// writePostrouting writes the masquerading of marked traffic and the rule that marks it.
+func (w *ruleWriter) writePostrouting() {
+	mark := w.mark
+	w.nat.rule(chainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
+	w.nat.rule(chainPostrouting, "-j", "MARK", "--xor-mark", mark)
+	w.nat.rule(chainPostrouting, "-m", "comment", "--comment", `"kubernetes service traffic requiring SNAT"`,
 		"-j", "MASQUERADE", "--random-fully")
-	nat.rule(chainMarkMasq, "-j", "MARK", "--or-mark", mark)
+	w.nat.rule(chainMarkMasq, "-j", "MARK", "--or-mark", mark)
+}
 
+// payload assembles the tables: each declares its chains, holds its rules and commits.
+func (w *ruleWriter) payload() []byte {
 	var out bytes.Buffer
 	for _, table := range []string{"nat", "filter"} {
 		out.WriteString("*" + table + "\n")
@@ -170,9 +235,9 @@ func renderRules(cfg *Config, in *ruleInputs) []byte {
 			}
 		}
 		if table == "nat" {
-			out.Write(nat.b.Bytes())
+			out.Write(w.nat.b.Bytes())
 		} else {
-			out.Write(filter.b.Bytes())
+			out.Write(w.filter.b.Bytes())
 		}
 		out.WriteString("COMMIT\n")
 	}

@@ -320,149 +320,224 @@ func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) 
 	if !ok || !sp.ClusterIP.IsValid() || familyOf(sp.ClusterIP) != cfg.Family {
 		return nil
 	}
-	p := &servicePlan{}
-	port := uint16(sp.Port)
-	flags, timeout := uint32(0), uint32(0)
+	pl := newPortPlanner(cfg, en, sp, proto)
+	pl.planHairpin()
+	pl.planClusterIP()
+	pl.planExternalIPs()
+	pl.planLoadBalancerIPs(node)
+	pl.planNodePort()
+	pl.planHealthCheckNodePort()
+	pl.planBoundIPs()
+	return pl.p
+}
+
+// portPlanner builds the plan of one Service port: its steps append to p, and share what every virtual
+// server of the port has in common.
+type portPlanner struct {
+	cfg   *Config
+	en    *env
+	sp    *proxy.ServicePort
+	proto protocol
+	port  uint16
+	// flags and timeout are every virtual server's: persistence for session affinity, port hashing for mh.
+	flags, timeout uint32
+	trafficReals
+	p *servicePlan
+}
+
+func newPortPlanner(cfg *Config, en *env, sp *proxy.ServicePort, proto protocol) portPlanner {
+	pl := portPlanner{cfg: cfg, en: en, sp: sp, proto: proto, port: uint16(sp.Port), p: &servicePlan{}}
 	if sp.SessionAffinity() {
-		flags, timeout = flagPersistent, uint32(sp.StickyMaxAgeSeconds)
+		pl.flags, pl.timeout = flagPersistent, uint32(sp.StickyMaxAgeSeconds)
 	}
 	if cfg.Scheduler == "mh" {
 		// As upstream: hash on the source port too, so one client's connections spread.
-		flags |= flagSched2
+		pl.flags |= flagSched2
 	}
-	newVS := func(addr netip.Addr, port uint16, reals []realKey) {
-		p.vss = append(p.vss, &virtualServer{key: newVSKey(addr, port, proto), scheduler: cfg.Scheduler,
-			flags: flags, timeout: timeout, reals: reals})
-	}
-	add := func(id setID, e entry) { p.entries = append(p.entries, setEntry{id, e}) }
-	ipPort := func(ip netip.Addr) entry { return ipPortEntry(ip, proto, port) }
+	pl.trafficReals = realsByTraffic(sp)
+	return pl
+}
 
-	// Hairpin: a local endpoint reaching itself through the Service is masqueraded.
-	for i := range sp.Endpoints {
-		if e := &sp.Endpoints[i]; e.IsLocal && familyOf(e.IP) == cfg.Family {
-			add(setLoopBack, ipPortEntry(e.IP, proto, uint16(e.Port)).withIP2(e.IP))
-		}
-	}
+// trafficReals are the real servers each kind of traffic goes to, and whether Local traffic lacks local
+// endpoints while endpoints exist elsewhere (iptables mode DROPs such traffic; see the package
+// documentation).
+type trafficReals struct {
+	internal, external               []realKey
+	internalNoLocal, externalNoLocal bool
+}
 
-	// Which real servers each kind of traffic goes to, and whether Local traffic lacks local endpoints
-	// while endpoints exist elsewhere (iptables mode DROPs such traffic; see the package documentation).
-	internal, internalNoLocal := reals(sp.ClusterEndpoints), false
+func realsByTraffic(sp *proxy.ServicePort) trafficReals {
+	var t trafficReals
+	t.internal = reals(sp.ClusterEndpoints)
 	if sp.InternalPolicyLocal {
-		internal = reals(sp.LocalEndpoints)
-		internalNoLocal = len(sp.LocalEndpoints) == 0 && sp.HasAnyEndpoints
+		t.internal = reals(sp.LocalEndpoints)
+		t.internalNoLocal = len(sp.LocalEndpoints) == 0 && sp.HasAnyEndpoints
 	}
-	external, externalNoLocal := reals(sp.ClusterEndpoints), false
+	t.external = reals(sp.ClusterEndpoints)
 	if sp.ExternalPolicyLocal {
 		if len(sp.LocalEndpoints) > 0 {
-			external = reals(sp.LocalEndpoints)
+			t.external = reals(sp.LocalEndpoints)
 		} else {
 			// The node and its pods still reach the Service through the Cluster endpoints (as iptables
 			// mode's short-circuit does); traffic from elsewhere is dropped by KUBE-EXTERNAL-NO-LOCAL.
-			externalNoLocal = sp.HasAnyEndpoints
+			t.externalNoLocal = sp.HasAnyEndpoints
 		}
 	}
+	return t
+}
 
-	// Cluster IP.
-	add(setClusterIP, ipPort(sp.ClusterIP))
-	if internalNoLocal {
-		add(setInternalNoLocal, ipPort(sp.ClusterIP))
+// newVS adds a virtual server of the port's settings.
+func (pl *portPlanner) newVS(addr netip.Addr, port uint16, reals []realKey) {
+	pl.p.vss = append(pl.p.vss, &virtualServer{key: newVSKey(addr, port, pl.proto), scheduler: pl.cfg.Scheduler,
+		flags: pl.flags, timeout: pl.timeout, reals: reals})
+}
+
+// add adds an entry to a set.
+func (pl *portPlanner) add(id setID, e entry) { pl.p.entries = append(pl.p.entries, setEntry{id, e}) }
+
+// ipPort is the entry ip,proto:port of the Service port.
+func (pl *portPlanner) ipPort(ip netip.Addr) entry { return ipPortEntry(ip, pl.proto, pl.port) }
+
+// bindUnlessLocal binds an external or load-balancer IP to kube-ipvs0, unless it is one of the node's.
+func (pl *portPlanner) bindUnlessLocal(ip netip.Addr) {
+	if !pl.en.isLocal(ip) {
+		pl.p.binds = append(pl.p.binds, ip)
 	}
-	newVS(sp.ClusterIP, port, internal)
-	p.binds = append(p.binds, sp.ClusterIP)
+}
 
-	// External IPs.
-	for _, ip := range sp.ExternalIPs {
-		if familyOf(ip) != cfg.Family {
+// planHairpin plans the masquerading of a local endpoint reaching itself through the Service.
+func (pl *portPlanner) planHairpin() {
+	for i := range pl.sp.Endpoints {
+		if e := &pl.sp.Endpoints[i]; e.IsLocal && familyOf(e.IP) == pl.cfg.Family {
+			pl.add(setLoopBack, ipPortEntry(e.IP, pl.proto, uint16(e.Port)).withIP2(e.IP))
+		}
+	}
+}
+
+// planClusterIP plans the cluster IP: its virtual server, its set entries and its kube-ipvs0 address.
+func (pl *portPlanner) planClusterIP() {
+	ip := pl.sp.ClusterIP
+	pl.add(setClusterIP, pl.ipPort(ip))
+	if pl.internalNoLocal {
+		pl.add(setInternalNoLocal, pl.ipPort(ip))
+	}
+	pl.newVS(ip, pl.port, pl.internal)
+	pl.p.binds = append(pl.p.binds, ip)
+}
+
+// planExternalIPs plans the external IPs of the family.
+func (pl *portPlanner) planExternalIPs() {
+	for _, ip := range pl.sp.ExternalIPs {
+		if familyOf(ip) != pl.cfg.Family {
 			continue
 		}
-		if sp.ExternalPolicyLocal {
-			add(setExternalIPLocal, ipPort(ip))
+		if pl.sp.ExternalPolicyLocal {
+			pl.add(setExternalIPLocal, pl.ipPort(ip))
 		} else {
-			add(setExternalIP, ipPort(ip))
+			pl.add(setExternalIP, pl.ipPort(ip))
 		}
-		if externalNoLocal {
-			add(setExternalNoLocal, ipPort(ip))
+		if pl.externalNoLocal {
+			pl.add(setExternalNoLocal, pl.ipPort(ip))
 		}
-		newVS(ip, port, external)
-		if !en.isLocal(ip) {
-			p.binds = append(p.binds, ip)
-		}
+		pl.newVS(ip, pl.port, pl.external)
+		pl.bindUnlessLocal(ip)
 	}
+}
 
-	// Load-balancer IPs.
-	for _, ip := range sp.LoadBalancerIPs {
-		if familyOf(ip) != cfg.Family {
+// planLoadBalancerIPs plans the load-balancer IPs of the family, with their source-range firewall.
+func (pl *portPlanner) planLoadBalancerIPs(node *proxy.Node) {
+	for _, ip := range pl.sp.LoadBalancerIPs {
+		if familyOf(ip) != pl.cfg.Family {
 			continue
 		}
-		add(setLoadBalancer, ipPort(ip))
-		if sp.ExternalPolicyLocal {
-			add(setLoadBalancerLocal, ipPort(ip))
+		pl.add(setLoadBalancer, pl.ipPort(ip))
+		if pl.sp.ExternalPolicyLocal {
+			pl.add(setLoadBalancerLocal, pl.ipPort(ip))
 		}
-		if len(sp.LoadBalancerSourceRanges) > 0 {
-			add(setLoadBalancerFW, ipPort(ip))
-			allowNode, nodeIP := false, cfg.NodeIP(node)
-			for _, r := range sp.LoadBalancerSourceRanges {
-				if familyOf(r.Addr()) != cfg.Family {
-					continue
-				}
-				add(setLoadBalancerSourceCIDR, ipPort(ip).withNet(r.Masked()))
-				if nodeIP.IsValid() && r.Contains(nodeIP) {
-					allowNode = true
-				}
-			}
-			if allowNode {
-				// Traffic from a backend host to the load balancer may be routed back to this node with
-				// the load-balancer IP as its source.
-				add(setLoadBalancerSourceIP, ipPort(ip).withIP2(ip))
-			} else {
-				p.noNodeAccess = append(p.noNodeAccess, ipPort(ip))
-			}
+		if len(pl.sp.LoadBalancerSourceRanges) > 0 {
+			pl.planSourceRanges(ip, node)
 		}
-		if externalNoLocal {
-			add(setExternalNoLocal, ipPort(ip))
+		if pl.externalNoLocal {
+			pl.add(setExternalNoLocal, pl.ipPort(ip))
 		}
-		newVS(ip, port, external)
-		if !en.isLocal(ip) {
-			p.binds = append(p.binds, ip)
-		}
+		pl.newVS(ip, pl.port, pl.external)
+		pl.bindUnlessLocal(ip)
 	}
+}
 
-	// Node port, on every selected node address.
-	if sp.NodePort != 0 && len(en.nodePortIPs) > 0 {
-		np := uint16(sp.NodePort)
-		switch proto {
-		case protoTCP, protoUDP:
-			all, local := setNodePortTCP, setNodePortLocalTCP
-			if proto == protoUDP {
-				all, local = setNodePortUDP, setNodePortLocalUDP
-			}
-			add(all, entry{port: np})
-			if sp.ExternalPolicyLocal {
-				add(local, entry{port: np})
-			}
-		case protoSCTP:
-			for _, ip := range en.nodePortIPs {
-				add(setNodePortSCTP, ipPortEntry(ip, proto, np))
-				if sp.ExternalPolicyLocal {
-					add(setNodePortLocalSCTP, ipPortEntry(ip, proto, np))
-				}
-			}
+// planSourceRanges plans the firewall of a load-balancer IP: the source ranges of the family it admits,
+// and whether the node itself may reach it.
+func (pl *portPlanner) planSourceRanges(ip netip.Addr, node *proxy.Node) {
+	pl.add(setLoadBalancerFW, pl.ipPort(ip))
+	allowNode, nodeIP := false, pl.cfg.NodeIP(node)
+	for _, r := range pl.sp.LoadBalancerSourceRanges {
+		if familyOf(r.Addr()) != pl.cfg.Family {
+			continue
 		}
-		for _, ip := range en.nodePortIPs {
-			if externalNoLocal {
-				add(setExternalNoLocal, ipPortEntry(ip, proto, np))
-			}
-			newVS(ip, np, external)
+		pl.add(setLoadBalancerSourceCIDR, pl.ipPort(ip).withNet(r.Masked()))
+		if nodeIP.IsValid() && r.Contains(nodeIP) {
+			allowNode = true
 		}
 	}
+	if allowNode {
+		// Traffic from a backend host to the load balancer may be routed back to this node with
+		// the load-balancer IP as its source.
+		pl.add(setLoadBalancerSourceIP, pl.ipPort(ip).withIP2(ip))
+	} else {
+		pl.p.noNodeAccess = append(pl.p.noNodeAccess, pl.ipPort(ip))
+	}
+}
 
-	if sp.HealthCheckNodePort != 0 {
-		add(setHealthCheckNodePort, entry{port: uint16(sp.HealthCheckNodePort)})
+// planNodePort plans the node port, on every selected node address.
+func (pl *portPlanner) planNodePort() {
+	if pl.sp.NodePort == 0 || len(pl.en.nodePortIPs) == 0 {
+		return
 	}
-	for _, ip := range p.binds {
-		add(setIPVSIPs, entry{ip: ipOf(ip)})
+	np := uint16(pl.sp.NodePort)
+	pl.planNodePortSets(np)
+	for _, ip := range pl.en.nodePortIPs {
+		if pl.externalNoLocal {
+			pl.add(setExternalNoLocal, ipPortEntry(ip, pl.proto, np))
+		}
+		pl.newVS(ip, np, pl.external)
 	}
-	return p
+}
+
+// planNodePortSets plans the node port's entries in the node-port sets of its protocol: the port alone for
+// TCP and UDP, the port on every selected node address for SCTP.
+func (pl *portPlanner) planNodePortSets(np uint16) {
+	switch pl.proto {
+	case protoTCP, protoUDP:
+		all, local := setNodePortTCP, setNodePortLocalTCP
+		if pl.proto == protoUDP {
+			all, local = setNodePortUDP, setNodePortLocalUDP
+		}
+		pl.add(all, entry{port: np})
+		if pl.sp.ExternalPolicyLocal {
+			pl.add(local, entry{port: np})
+		}
+	case protoSCTP:
+		for _, ip := range pl.en.nodePortIPs {
+			pl.add(setNodePortSCTP, ipPortEntry(ip, pl.proto, np))
+			if pl.sp.ExternalPolicyLocal {
+				pl.add(setNodePortLocalSCTP, ipPortEntry(ip, pl.proto, np))
+			}
+		}
+	}
+}
+
+// planHealthCheckNodePort plans the health-check node port's entry.
+func (pl *portPlanner) planHealthCheckNodePort() {
+	if pl.sp.HealthCheckNodePort != 0 {
+		pl.add(setHealthCheckNodePort, entry{port: uint16(pl.sp.HealthCheckNodePort)})
+	}
+}
+
+// planBoundIPs plans the entries of the addresses the earlier steps bound to kube-ipvs0.
+func (pl *portPlanner) planBoundIPs() {
+	for _, ip := range pl.p.binds {
+		pl.add(setIPVSIPs, entry{ip: ipOf(ip)})
+	}
 }
 
 // reals converts selected endpoints to real servers, sorted.
