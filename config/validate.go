@@ -203,7 +203,7 @@ func (c *KubeProxyConfiguration) validateMode(v *validator) {
 		}
 	case ModeNFTables:
 	case ModeUserspace:
-		// This project's extension: the daemon proxies each Service port itself (see README).
+		// This project's extension: the daemon proxies each Service port itself (docs/MODES.md).
 	case ModeKernelspace:
 		v.add("mode", "%q is upstream kube-proxy's Windows mode, which this kube-proxy does not implement; use %s", c.Mode, runs)
 	default:
