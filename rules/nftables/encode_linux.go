@@ -589,128 +589,53 @@ func cmpOp(neg bool) expr.CmpOp {
 func (e *encoder) terms(x []expr.Any, t term, desc string) []expr.Any {
 	f := e.fam
 	switch t.kind {
-	case tCTStateNew, tCTStatusDNAT:
-		key, bit := expr.CtKeySTATE, uint32(8) // NF_CT_STATE_BIT(IP_CT_NEW)
-		if t.kind == tCTStatusDNAT {
-			key, bit = expr.CtKeySTATUS, 0x20 // IPS_DST_NAT
-		}
-		return append(x, &expr.Ct{Key: key, Register: 1},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(bit), Xor: le32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: le32(0)})
+	// Matches.
+	case tCTStateNew:
+		return anyBitSet(x, &expr.Ct{Key: expr.CtKeySTATE, Register: 1}, 8) // NF_CT_STATE_BIT(IP_CT_NEW)
+	case tCTStatusDNAT:
+		return anyBitSet(x, &expr.Ct{Key: expr.CtKeySTATUS, Register: 1}, 0x20) // IPS_DST_NAT
 	case tMarkNonZero:
-		return append(x, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(t.mark), Xor: le32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: le32(0)})
-	case tMarkOr, tMarkXor:
-		mask, xor := ^t.mark, t.mark
-		if t.kind == tMarkXor {
-			mask = 0xffffffff
-		}
-		return append(x, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(mask), Xor: le32(xor)},
-			&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
-	case tMasquerade:
-		return append(x, &expr.Masq{FullyRandom: true})
+		return anyBitSet(x, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1}, t.mark)
 	case tAddr:
 		return e.prefixMatch(x, t.saddr, t.neg, t.prefix)
 	case tAddrSet:
-		s := e.newAnon(false)
-		s.flags |= unix.NFT_SET_INTERVAL
-		s.keyType, s.keyLen = f.addrTypeNum(), f.addrLen()
-		proto, field := uint32(udProtoIP), uint32(12) // ip daddr
-		switch {
-		case f == familyIPv6 && t.saddr:
-			proto, field = udProtoIP6, 8
-		case f == familyIPv6:
-			proto, field = udProtoIP6, 9
-		case t.saddr:
-			field = 11
-		}
-		s.ud = udata(nil).u32(udSetKeyByteorder, byteorderBig).u32(udSetMerge, 1).
-			add(udSetKeyTypeof, udata(nil).u32(udTypeofExpr, udExprPayload).
-				add(udTypeofData, udata(nil).u32(0, proto).u32(1, field)))
-		intervals(s, t.prefixs)
-		e.emitAnon(s, desc)
-		return append(x, e.payloadAddr(t.saddr, 0, f.addrLen(), 1),
-			&expr.Lookup{SourceRegister: 1, SetName: s.name, SetID: s.id, Invert: t.neg})
+		return e.addrSetMatch(x, t, desc)
 	case tAddrInSet:
-		return append(x, e.payloadAddr(t.saddr, 0, f.addrLen(), 1),
-			&expr.Lookup{SourceRegister: 1, SetName: t.name, SetID: e.anonOf[t.name]})
+		return append(x, e.payloadAddr(t.saddr, 0, f.addrLen(), 1), e.lookup(t.name))
 	case tHairpin:
 		n := words(f.addrLen())
 		return append(x, e.payloadAddr(true, 0, f.addrLen(), reg(0)), e.payloadAddr(false, 0, f.addrLen(), reg(n)),
-			l4protoExpr(reg(2*n)), dportExpr(reg(2*n+1)),
-			&expr.Lookup{SourceRegister: 1, SetName: t.name, SetID: e.anonOf[t.name]})
+			l4protoExpr(reg(2*n)), dportExpr(reg(2*n+1)), e.lookup(t.name))
 	case tFibLocal:
 		return append(x, &expr.Fib{Register: 1, FlagSADDR: t.saddr, FlagDADDR: !t.saddr, ResultADDRTYPE: true},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: le32(unix.RTN_LOCAL)})
 	case tIifname:
-		data := []byte(t.name)
-		if !t.ifPref {
-			data = make([]byte, unix.IFNAMSIZ)
-			copy(data, t.name)
-		}
-		return append(x, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: cmpOp(t.neg), Register: 1, Data: data})
+		return iifnameMatch(x, t)
 	case tL4Proto:
 		return append(x, l4protoExpr(1), &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{t.proto}})
+
+	// Statements.
 	case tVmapAddrProtoPort:
 		n := words(f.addrLen())
-		return append(x, e.payloadAddr(false, 0, f.addrLen(), reg(0)), l4protoExpr(reg(n)), dportExpr(reg(n+1)),
-			&expr.Lookup{SourceRegister: 1, DestRegister: unix.NFT_REG_VERDICT, IsDestRegSet: true, SetName: t.name, SetID: e.anonOf[t.name]})
+		return append(x, e.payloadAddr(false, 0, f.addrLen(), reg(0)), l4protoExpr(reg(n)), dportExpr(reg(n+1)), e.vmapLookup(t.name))
 	case tVmapProtoPort:
-		return append(x, l4protoExpr(reg(0)), dportExpr(reg(1)),
-			&expr.Lookup{SourceRegister: 1, DestRegister: unix.NFT_REG_VERDICT, IsDestRegSet: true, SetName: t.name, SetID: e.anonOf[t.name]})
+		return append(x, l4protoExpr(reg(0)), dportExpr(reg(1)), e.vmapLookup(t.name))
 	case tVerdict:
-		k := expr.VerdictAccept
-		switch t.verdict {
-		case verdictDrop:
-			k = expr.VerdictDrop
-		case verdictJump:
-			k = expr.VerdictJump
-		case verdictGoto:
-			k = expr.VerdictGoto
-		case verdictReturn:
-			k = expr.VerdictReturn
-		}
-		return append(x, &expr.Verdict{Kind: k, Chain: t.name})
+		return append(x, &expr.Verdict{Kind: verdictExprKind(t.verdict), Chain: t.name})
 	case tReject:
-		code := uint8(3) // ICMP port unreachable
-		if f == familyIPv6 {
-			code = 4 // ICMPv6 port unreachable
-		}
-		return append(x, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+		return e.reject(x)
+	case tMarkOr:
+		return markSet(x, ^t.mark, t.mark)
+	case tMarkXor:
+		return markSet(x, 0xffffffff, t.mark)
+	case tMasquerade:
+		return append(x, &expr.Masq{FullyRandom: true})
 	case tDNAT:
-		ep := t.eps[0]
-		return append(x, &expr.Immediate{Register: 1, Data: ep.Addr().AsSlice()},
-			&expr.Immediate{Register: 2, Data: []byte{byte(ep.Port() >> 8), byte(ep.Port())}},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: 1, RegProtoMin: 2, Specified: true})
+		return e.dnat(x, t.eps[0])
 	case tDNATMap:
-		s := e.newAnon(true)
-		s.keyType, s.keyLen = typeInteger, 4
-		s.dataType = f.addrTypeNum()<<typeBits | typeInetServ
-		s.dataLen = words(f.addrLen())*4 + 4
-		s.ud = udata(nil).u32(udSetKeyByteorder, byteorderHost).u32(udSetDataByteorder, 0).u32(udSetDataInterval, 0)
-		for i, ep := range t.eps {
-			v := append(ep.Addr().AsSlice(), byte(ep.Port()>>8), byte(ep.Port()), 0, 0)
-			s.addElem(le32(uint32(i)), v, nil, 0, nil)
-		}
-		e.emitAnon(s, desc)
-		return append(x, &expr.Numgen{Register: 1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(len(t.eps))},
-			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: s.name, SetID: s.id},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: 1, RegProtoMin: reg(words(f.addrLen()))})
+		return e.dnatMap(x, t.eps, desc)
 	case tNumgenVmap:
-		s := e.newAnon(true)
-		s.keyType, s.keyLen = typeInteger, 4
-		s.dataType, s.dataLen = typeVerdict, 0
-		s.ud = udata(nil).u32(udSetKeyByteorder, byteorderHost).u32(udSetDataByteorder, 0).
-			add(udSetDataTypeof, udata(nil).u32(udTypeofExpr, udExprVerdict).add(udTypeofData, nil)).
-			u32(udSetDataInterval, 0)
-		for i, c := range t.chains {
-			s.addElem(le32(uint32(i)), nil, &verdict{kind: verdictGoto, chain: c}, 0, nil)
-		}
-		e.emitAnon(s, desc)
-		return append(x, &expr.Numgen{Register: 1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(len(t.chains))},
-			&expr.Lookup{SourceRegister: 1, DestRegister: unix.NFT_REG_VERDICT, IsDestRegSet: true, SetName: s.name, SetID: s.id})
+		return e.numgenVmap(x, t.chains, desc)
 	case tUpdateSaddr:
 		return append(x, e.payloadAddr(true, 0, f.addrLen(), 1),
 			&expr.Dynset{SrcRegKey: 1, SetName: t.name, SetID: e.anonOf[t.name], Operation: unix.NFT_DYNSET_OP_UPDATE})
@@ -721,6 +646,137 @@ func (e *encoder) terms(x []expr.Any, t term, desc string) []expr.Any {
 		e.err = fmt.Errorf("encoding %s: unknown term kind %d", desc, t.kind)
 	}
 	return x
+}
+
+// lookup matches the key in register 1 against set name: one of the table's named sets, by the ID it has
+// in the batch when the batch creates it.
+func (e *encoder) lookup(name string) *expr.Lookup {
+	return &expr.Lookup{SourceRegister: 1, SetName: name, SetID: e.anonOf[name]}
+}
+
+// vmapLookup takes the verdict of the key in register 1 from verdict map name.
+func (e *encoder) vmapLookup(name string) *expr.Lookup {
+	l := e.lookup(name)
+	l.DestRegister, l.IsDestRegSet = unix.NFT_REG_VERDICT, true
+	return l
+}
+
+// anyBitSet loads a 32-bit key (a conntrack key or the mark) into register 1 and matches when any bit of
+// mask is set in it.
+func anyBitSet(x []expr.Any, load expr.Any, mask uint32) []expr.Any {
+	return append(x, load,
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(mask), Xor: le32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: le32(0)})
+}
+
+// markSet sets the packet mark to (mark & mask) ^ xor.
+func markSet(x []expr.Any, mask, xor uint32) []expr.Any {
+	return append(x, &expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: le32(mask), Xor: le32(xor)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1})
+}
+
+// addrSetMatch matches an address against the prefixes of term t, an anonymous interval set created
+// before the rule.
+func (e *encoder) addrSetMatch(x []expr.Any, t term, desc string) []expr.Any {
+	f := e.fam
+	s := e.newAnon(false)
+	s.flags |= unix.NFT_SET_INTERVAL
+	s.keyType, s.keyLen = f.addrTypeNum(), f.addrLen()
+	proto, field := uint32(udProtoIP), uint32(12) // ip daddr
+	switch {
+	case f == familyIPv6 && t.saddr:
+		proto, field = udProtoIP6, 8
+	case f == familyIPv6:
+		proto, field = udProtoIP6, 9
+	case t.saddr:
+		field = 11
+	}
+	s.ud = udata(nil).u32(udSetKeyByteorder, byteorderBig).u32(udSetMerge, 1).
+		add(udSetKeyTypeof, udata(nil).u32(udTypeofExpr, udExprPayload).
+			add(udTypeofData, udata(nil).u32(0, proto).u32(1, field)))
+	intervals(s, t.prefixs)
+	e.emitAnon(s, desc)
+	return append(x, e.payloadAddr(t.saddr, 0, f.addrLen(), 1),
+		&expr.Lookup{SourceRegister: 1, SetName: s.name, SetID: s.id, Invert: t.neg})
+}
+
+// iifnameMatch compares the input interface's name with t's: the whole name, or (a prefix) its first
+// bytes.
+func iifnameMatch(x []expr.Any, t term) []expr.Any {
+	data := []byte(t.name)
+	if !t.ifPref {
+		data = make([]byte, unix.IFNAMSIZ)
+		copy(data, t.name)
+	}
+	return append(x, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: cmpOp(t.neg), Register: 1, Data: data})
+}
+
+// verdictExprKind is the expression kind of a verdict (accept for none).
+func verdictExprKind(k verdictKind) expr.VerdictKind {
+	switch k {
+	case verdictDrop:
+		return expr.VerdictDrop
+	case verdictJump:
+		return expr.VerdictJump
+	case verdictGoto:
+		return expr.VerdictGoto
+	case verdictReturn:
+		return expr.VerdictReturn
+	}
+	return expr.VerdictAccept
+}
+
+// reject rejects with the family's ICMP port unreachable.
+func (e *encoder) reject(x []expr.Any) []expr.Any {
+	code := uint8(3) // ICMP port unreachable
+	if e.fam == familyIPv6 {
+		code = 4 // ICMPv6 port unreachable
+	}
+	return append(x, &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+}
+
+// dnat DNATs to one endpoint.
+func (e *encoder) dnat(x []expr.Any, ep netip.AddrPort) []expr.Any {
+	return append(x, &expr.Immediate{Register: 1, Data: ep.Addr().AsSlice()},
+		&expr.Immediate{Register: 2, Data: []byte{byte(ep.Port() >> 8), byte(ep.Port())}},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(e.fam.nfproto()), RegAddrMin: 1, RegProtoMin: 2, Specified: true})
+}
+
+// dnatMap DNATs to an endpoint picked at random: a random number looked up in an anonymous map of
+// endpoints, created before the rule.
+func (e *encoder) dnatMap(x []expr.Any, eps []netip.AddrPort, desc string) []expr.Any {
+	f := e.fam
+	s := e.newAnon(true)
+	s.keyType, s.keyLen = typeInteger, 4
+	s.dataType = f.addrTypeNum()<<typeBits | typeInetServ
+	s.dataLen = words(f.addrLen())*4 + 4
+	s.ud = udata(nil).u32(udSetKeyByteorder, byteorderHost).u32(udSetDataByteorder, 0).u32(udSetDataInterval, 0)
+	for i, ep := range eps {
+		v := append(ep.Addr().AsSlice(), byte(ep.Port()>>8), byte(ep.Port()), 0, 0)
+		s.addElem(le32(uint32(i)), v, nil, 0, nil)
+	}
+	e.emitAnon(s, desc)
+	return append(x, &expr.Numgen{Register: 1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(len(eps))},
+		&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: s.name, SetID: s.id},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto()), RegAddrMin: 1, RegProtoMin: reg(words(f.addrLen()))})
+}
+
+// numgenVmap goes to a chain picked at random: a random number looked up in an anonymous verdict map,
+// created before the rule.
+func (e *encoder) numgenVmap(x []expr.Any, chains []string, desc string) []expr.Any {
+	s := e.newAnon(true)
+	s.keyType, s.keyLen = typeInteger, 4
+	s.dataType, s.dataLen = typeVerdict, 0
+	s.ud = udata(nil).u32(udSetKeyByteorder, byteorderHost).u32(udSetDataByteorder, 0).
+		add(udSetDataTypeof, udata(nil).u32(udTypeofExpr, udExprVerdict).add(udTypeofData, nil)).
+		u32(udSetDataInterval, 0)
+	for i, c := range chains {
+		s.addElem(le32(uint32(i)), nil, &verdict{kind: verdictGoto, chain: c}, 0, nil)
+	}
+	e.emitAnon(s, desc)
+	return append(x, &expr.Numgen{Register: 1, Type: unix.NFT_NG_RANDOM, Modulus: uint32(len(chains))},
+		&expr.Lookup{SourceRegister: 1, DestRegister: unix.NFT_REG_VERDICT, IsDestRegSet: true, SetName: s.name, SetID: s.id})
 }
 
 // prefixMatch compares an address with a prefix as nft does: a byte-aligned prefix loads and compares

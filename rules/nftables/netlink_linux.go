@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"net/netip"
 	"runtime"
 	"strconv"
@@ -325,92 +326,17 @@ func (s *batchSocket) batch(msgs []netlink.Message, descs []string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	begin := netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
-		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
-	end := begin
-	end.Header.Type = netlink.HeaderType(unix.NFNL_MSG_BATCH_END)
-	all := make([]netlink.Message, 0, len(msgs)+2)
-	all = append(all, begin)
-	all = append(all, msgs...)
-	all = append(all, end)
-	all[len(all)-2].Header.Flags |= netlink.Acknowledge
-	bySeq := map[uint32]string{}
-	var buf []byte
-	for i := range all {
-		s.seq++
-		all[i].Header.Sequence = s.seq
-		all[i].Header.Length = uint32((unix.NLMSG_HDRLEN + len(all[i].Data) + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1))
-		b, err := all[i].MarshalBinary()
-		if err != nil {
-			return fmt.Errorf("encoding a netlink message: %w", err)
-		}
-		buf = append(buf, b...)
-		switch {
-		case i == 0:
-			bySeq[s.seq] = "the batch"
-		case i <= len(descs):
-			bySeq[s.seq] = descs[i-1]
-		}
+	fb, err := s.frame(msgs, descs)
+	if err != nil {
+		return err
 	}
-	lastSeq := all[len(all)-2].Header.Sequence
-	if len(buf)+(1<<16) > s.sndbuf {
-		s.sndbuf = len(buf) + 1<<20
-		if err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, s.sndbuf); err != nil {
-			return fmt.Errorf("growing the netlink send buffer to %d bytes: %w", s.sndbuf, err)
-		}
-	}
-	if err := unix.Sendto(s.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("sending %d nftables commands (%d bytes): %w", len(msgs), len(buf), err)
+	if err := s.send(fb.buf, len(msgs)); err != nil {
+		return err
 	}
 	// The kernel processes the batch within sendto: every reply is queued by now.
-	var errs []error
-	acked := false
-	rbuf := make([]byte, 1<<16)
-	for !acked {
-		n, _, err := unix.Recvfrom(s.fd, rbuf, unix.MSG_DONTWAIT)
-		if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
-			break
-		}
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading the kernel's reply: %w", err)
-		}
-		for b := rbuf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
-			var m netlink.Message
-			l := int(binary.NativeEndian.Uint32(b))
-			if l < unix.NLMSG_HDRLEN || l > len(b) {
-				return fmt.Errorf("reading the kernel's reply: a message of %d bytes in %d", l, len(b))
-			}
-			if err := m.UnmarshalBinary(b[:l]); err != nil {
-				return fmt.Errorf("reading the kernel's reply: %w", err)
-			}
-			b = b[min(len(b), (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
-			if m.Header.Type != netlink.Error || len(m.Data) < 4+unix.NLMSG_HDRLEN {
-				continue
-			}
-			code := int32(binary.NativeEndian.Uint32(m.Data))
-			seq := binary.NativeEndian.Uint32(m.Data[4+8:])
-			if code == 0 {
-				if seq == lastSeq {
-					acked = true
-				}
-				continue
-			}
-			what := bySeq[seq]
-			if what == "" {
-				what = "command " + strconv.FormatUint(uint64(seq), 10)
-			}
-			e := fmt.Errorf("%s: %w", what, unix.Errno(-code))
-			if msg := extAckMessage(m); msg != "" {
-				e = fmt.Errorf("%s: %s: %w", what, msg, unix.Errno(-code))
-			}
-			errs = append(errs, e)
-			if seq == lastSeq {
-				acked = true
-			}
-		}
+	errs, acked, err := s.replies(fb)
+	if err != nil {
+		return err
 	}
 	if len(errs) > 0 {
 		if len(errs) > 3 {
@@ -422,6 +348,138 @@ func (s *batchSocket) batch(msgs []netlink.Message, descs []string) error {
 		return fmt.Errorf("the kernel did not acknowledge the batch of %d commands", len(msgs))
 	}
 	return nil
+}
+
+// framedBatch is a batch ready to send: its bytes, what each sequence number stands for (the batch, then
+// each command), and the sequence number of the last command, whose acknowledgement ends the replies.
+type framedBatch struct {
+	buf     []byte
+	bySeq   map[uint32]string
+	lastSeq uint32
+}
+
+// frame puts msgs between a batch begin and end, asks for an acknowledgement of the last one, numbers
+// them all and encodes them.
+func (s *batchSocket) frame(msgs []netlink.Message, descs []string) (*framedBatch, error) {
+	begin := netlink.Message{Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_MSG_BATCH_BEGIN), Flags: netlink.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
+	end := begin
+	end.Header.Type = netlink.HeaderType(unix.NFNL_MSG_BATCH_END)
+	all := make([]netlink.Message, 0, len(msgs)+2)
+	all = append(all, begin)
+	all = append(all, msgs...)
+	all = append(all, end)
+	all[len(all)-2].Header.Flags |= netlink.Acknowledge
+	fb := &framedBatch{bySeq: map[uint32]string{}}
+	for i := range all {
+		s.seq++
+		all[i].Header.Sequence = s.seq
+		all[i].Header.Length = uint32((unix.NLMSG_HDRLEN + len(all[i].Data) + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1))
+		b, err := all[i].MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("encoding a netlink message: %w", err)
+		}
+		fb.buf = append(fb.buf, b...)
+		switch {
+		case i == 0:
+			fb.bySeq[s.seq] = "the batch"
+		case i <= len(descs):
+			fb.bySeq[s.seq] = descs[i-1]
+		}
+	}
+	fb.lastSeq = all[len(all)-2].Header.Sequence
+	return fb, nil
+}
+
+// send writes a framed batch of n commands, first growing the send buffer to hold it.
+func (s *batchSocket) send(buf []byte, n int) error {
+	if len(buf)+(1<<16) > s.sndbuf {
+		s.sndbuf = len(buf) + 1<<20
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, s.sndbuf); err != nil {
+			return fmt.Errorf("growing the netlink send buffer to %d bytes: %w", s.sndbuf, err)
+		}
+	}
+	if err := unix.Sendto(s.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending %d nftables commands (%d bytes): %w", n, len(buf), err)
+	}
+	return nil
+}
+
+// replies reads the replies queued for a sent batch until the acknowledgement of its last command (acked),
+// or until none is left: the errors, each naming its command. err is set when the replies cannot be read.
+func (s *batchSocket) replies(fb *framedBatch) (errs []error, acked bool, err error) {
+	rbuf := make([]byte, 1<<16)
+	for !acked {
+		n, _, err := unix.Recvfrom(s.fd, rbuf, unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN || err == unix.EWOULDBLOCK {
+			break
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("reading the kernel's reply: %w", err)
+		}
+		for m, err := range messages(rbuf[:n]) {
+			if err != nil {
+				return nil, false, fmt.Errorf("reading the kernel's reply: %w", err)
+			}
+			seq, code, ok := ackOf(m)
+			if !ok {
+				continue
+			}
+			if code != 0 {
+				errs = append(errs, fb.commandError(m, seq, code))
+			}
+			acked = acked || seq == fb.lastSeq
+		}
+	}
+	return errs, acked, nil
+}
+
+// messages yields the netlink messages of a received buffer, in order; a malformed one ends them with an
+// error.
+func messages(buf []byte) iter.Seq2[netlink.Message, error] {
+	return func(yield func(netlink.Message, error) bool) {
+		for b := buf; len(b) >= unix.NLMSG_HDRLEN; {
+			var m netlink.Message
+			l := int(binary.NativeEndian.Uint32(b))
+			if l < unix.NLMSG_HDRLEN || l > len(b) {
+				yield(m, fmt.Errorf("a message of %d bytes in %d", l, len(b)))
+				return
+			}
+			if err := m.UnmarshalBinary(b[:l]); err != nil {
+				yield(m, err)
+				return
+			}
+			b = b[min(len(b), (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
+			if !yield(m, nil) {
+				return
+			}
+		}
+	}
+}
+
+// ackOf reads an acknowledgement (code 0) or an error: its code and the sequence number of the message it
+// answers. ok is false for any other message.
+func ackOf(m netlink.Message) (seq uint32, code int32, ok bool) {
+	if m.Header.Type != netlink.Error || len(m.Data) < 4+unix.NLMSG_HDRLEN {
+		return 0, 0, false
+	}
+	return binary.NativeEndian.Uint32(m.Data[4+8:]), int32(binary.NativeEndian.Uint32(m.Data)), true
+}
+
+// commandError is the error the kernel's reply m reports for the message numbered seq: named by its
+// command, with the kernel's message when there is one.
+func (fb *framedBatch) commandError(m netlink.Message, seq uint32, code int32) error {
+	what := fb.bySeq[seq]
+	if what == "" {
+		what = "command " + strconv.FormatUint(uint64(seq), 10)
+	}
+	if msg := extAckMessage(m); msg != "" {
+		return fmt.Errorf("%s: %s: %w", what, msg, unix.Errno(-code))
+	}
+	return fmt.Errorf("%s: %w", what, unix.Errno(-code))
 }
 
 // ruleHandles dumps the rules of one chain of the table (every chain when chain is empty) and returns
@@ -460,16 +518,10 @@ func (s *batchSocket) ruleHandles(nfproto byte, chain string) (map[string][]uint
 		if err != nil {
 			return nil, fmt.Errorf("reading the rules: %w", err)
 		}
-		for b := rbuf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
-			var m netlink.Message
-			l := int(binary.NativeEndian.Uint32(b))
-			if l < unix.NLMSG_HDRLEN || l > len(b) {
-				return nil, fmt.Errorf("reading the rules: a message of %d bytes in %d", l, len(b))
-			}
-			if err := m.UnmarshalBinary(b[:l]); err != nil {
+		for m, err := range messages(rbuf[:n]) {
+			if err != nil {
 				return nil, fmt.Errorf("reading the rules: %w", err)
 			}
-			b = b[min(len(b), (l+unix.NLMSG_ALIGNTO-1)&^(unix.NLMSG_ALIGNTO-1)):]
 			if m.Header.Sequence != s.seq {
 				continue
 			}

@@ -135,100 +135,142 @@ func (p *plan) service(m *mirror, ph *phase, name proxy.ServicePortName, sp *pro
 	if known {
 		old = m.written(name)
 	}
-	oldChains := map[string]*chainRules{}
+	wanted := objs
+	if wanted == nil {
+		wanted = &svcObjects{}
+	}
+	setsChanged := p.serviceSets(m, ph, old, wanted.sets, known)
+	inserted := p.serviceChains(m, ph, old, wanted.chains, known, setsChanged)
+	p.dropUnwanted(ph, old, wanted, inserted)
+	p.claimElems(m, name, old, wanted.elems)
+	if objs != nil {
+		p.svcs[name] = sp
+	} else {
+		p.svcs[name] = nil
+	}
+}
+
+// serviceSets plans the port's affinity sets: created when new (every one in a rebuild), recreated when
+// changed. It reports whether one changed.
+func (p *plan) serviceSets(m *mirror, ph *phase, old *svcObjects, sets []setSpec, known bool) (changed bool) {
 	oldSets := map[string]*setSpec{}
 	if old != nil {
-		for i := range old.chains {
-			oldChains[old.chains[i].spec.name] = &old.chains[i]
-		}
 		for i := range old.sets {
 			oldSets[old.sets[i].name] = &old.sets[i]
 		}
 	}
-	newChains := map[string]bool{}
-	setsChanged, inserted := false, false
-	if objs != nil {
-		for i := range objs.sets {
-			s := &objs.sets[i]
-			o := oldSets[s.name]
-			if _, ok := m.staleSets[s.name]; ok {
-				p.staleSets[s.name] = false
-			}
-			switch {
-			case !known:
-				ph.addSets = append(ph.addSets, *s)
-			case o == nil:
-				ph.addSets = append(ph.addSets, *s)
-			case !o.equal(s):
-				// Recreate it: every kernel accepts that, where not all accept a new timeout on an
-				// existing set. The chains that use it are rewritten below.
-				setsChanged = true
-				ph.delSets = append(ph.delSets, s.name)
-				ph.addSets = append(ph.addSets, *s)
-			}
+	for i := range sets {
+		s := &sets[i]
+		o := oldSets[s.name]
+		if _, ok := m.staleSets[s.name]; ok {
+			p.staleSets[s.name] = false
 		}
-		for i := range objs.chains {
-			c := &objs.chains[i]
-			newChains[c.spec.name] = true
-			o := oldChains[c.spec.name]
-			if o != nil && !setsChanged && o.equal(c) {
-				continue
-			}
-			_, isStale := m.stale[c.spec.name]
-			if isStale {
-				p.stale[c.spec.name] = false
-			}
-			switch {
-			case !setsChanged && p.supersede(o, c, known):
-				ph.insert = append(ph.insert, c)
-				p.trim[c.spec.name] = len(c.rules)
-				inserted = true
-			default:
-				if o != nil || !known || isStale {
-					ph.flush = append(ph.flush, c.spec.name)
-				}
-				ph.chains = append(ph.chains, c)
-				if _, ok := m.trims[c.spec.name]; ok {
-					p.trim[c.spec.name] = 0 // the flush takes the old rules too
-				}
-			}
-			ph.ops += 2 + len(c.rules)
-			for _, r := range c.rules {
-				for _, t := range r.terms {
-					ph.anon += t.anonSets()
-				}
-			}
-			p.rewritten++
+		switch {
+		case !known:
+			ph.addSets = append(ph.addSets, *s)
+		case o == nil:
+			ph.addSets = append(ph.addSets, *s)
+		case !o.equal(s):
+			// Recreate it: every kernel accepts that, where not all accept a new timeout on an
+			// existing set. The chains that use it are rewritten (serviceChains).
+			changed = true
+			ph.delSets = append(ph.delSets, s.name)
+			ph.addSets = append(ph.addSets, *s)
 		}
 	}
-	for n := range oldChains {
-		if !newChains[n] {
+	return changed
+}
+
+// serviceChains plans the writing of the port's chains that differ from what the mirror holds (every one
+// in a rebuild, or when an affinity set changed): the new rules inserted ahead of the old ones when the
+// chain is superseded, else the chain flushed (unless it is new) and filled. It reports whether rules were
+// inserted.
+func (p *plan) serviceChains(m *mirror, ph *phase, old *svcObjects, chains []chainRules, known, setsChanged bool) (inserted bool) {
+	oldChains := map[string]*chainRules{}
+	if old != nil {
+		for i := range old.chains {
+			oldChains[old.chains[i].spec.name] = &old.chains[i]
+		}
+	}
+	for i := range chains {
+		c := &chains[i]
+		o := oldChains[c.spec.name]
+		if o != nil && !setsChanged && o.equal(c) {
+			continue
+		}
+		_, isStale := m.stale[c.spec.name]
+		if isStale {
+			p.stale[c.spec.name] = false
+		}
+		if !setsChanged && p.supersede(o, c, known) {
+			ph.insert = append(ph.insert, c)
+			p.trim[c.spec.name] = len(c.rules)
+			inserted = true
+		} else {
+			if o != nil || !known || isStale {
+				ph.flush = append(ph.flush, c.spec.name)
+			}
+			ph.chains = append(ph.chains, c)
+			if _, ok := m.trims[c.spec.name]; ok {
+				p.trim[c.spec.name] = 0 // the flush takes the old rules too
+			}
+		}
+		ph.count(c)
+		p.rewritten++
+	}
+	return inserted
+}
+
+// count adds the commands and anonymous sets of writing chain c to the phase's size.
+func (ph *phase) count(c *chainRules) {
+	ph.ops += 2 + len(c.rules)
+	for _, r := range c.rules {
+		for _, t := range r.terms {
+			ph.anon += t.anonSets()
+		}
+	}
+}
+
+// dropUnwanted plans the removal of the chains and affinity sets the port had and no longer wants. The
+// chains are flushed, and deleted as stale by a later transaction; the sets are deleted, or, when rules
+// were inserted (the old rules behind them may match against the sets), left stale too.
+func (p *plan) dropUnwanted(ph *phase, old, wanted *svcObjects, inserted bool) {
+	if old == nil {
+		return
+	}
+	wantedChains := make(map[string]bool, len(wanted.chains))
+	for i := range wanted.chains {
+		wantedChains[wanted.chains[i].spec.name] = true
+	}
+	for i := range old.chains {
+		if n := old.chains[i].spec.name; !wantedChains[n] {
 			ph.flush = append(ph.flush, n)
 			p.stale[n] = true
 		}
 	}
-	for n := range oldSets {
-		if objs == nil || !slices.ContainsFunc(objs.sets, func(s setSpec) bool { return s.name == n }) {
-			if inserted {
-				// The old rules, still in the chain, match against it: deleted with them.
-				p.staleSets[n] = true
-			} else {
-				ph.delSets = append(ph.delSets, n)
-			}
+	for i := range old.sets {
+		n := old.sets[i].name
+		if slices.ContainsFunc(wanted.sets, func(s setSpec) bool { return s.name == n }) {
+			continue
+		}
+		if inserted {
+			// The old rules, still in the chain, match against it: deleted with them.
+			p.staleSets[n] = true
+		} else {
+			ph.delSets = append(ph.delSets, n)
 		}
 	}
+}
+
+// claimElems moves the port's claims on elements of the shared sets and maps from those of old to elems.
+func (p *plan) claimElems(m *mirror, name proxy.ServicePortName, old *svcObjects, elems []setElem) {
 	if old != nil {
 		for i := range old.elems {
 			p.claim(m, name, &old.elems[i], true)
 		}
 	}
-	if objs != nil {
-		for i := range objs.elems {
-			p.claim(m, name, &objs.elems[i], false)
-		}
-		p.svcs[name] = sp
-	} else {
-		p.svcs[name] = nil
+	for i := range elems {
+		p.claim(m, name, &elems[i], false)
 	}
 }
 

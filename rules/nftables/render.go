@@ -254,184 +254,266 @@ type setElem struct {
 	value elemValue
 }
 
-// service renders one Service port, following upstream's decisions for each traffic policy.
+// service renders one Service port, following upstream's decisions for each traffic policy: the elements
+// it adds to the shared sets and maps, then its chains, in upstream's order of creation, and its affinity
+// sets.
 func (r *renderer) service(sp *proxy.ServicePort, in *inputs) *svcObjects {
-	o := &svcObjects{}
+	s := r.newServiceRender(sp, in)
+	s.hairpin()
+	s.clusterIP()
+	s.externalIPs()
+	s.loadBalancerIPs()
+	s.nodePort()
+
+	s.endpointChains()
+	s.policyChains()
+	s.externalChain()
+	s.firewallChain()
+	s.affinitySets()
+	return s.o
+}
+
+// serviceRender is one Service port being rendered: its names and what its traffic policies decide,
+// shared by the steps of renderer.service, and the objects they add.
+type serviceRender struct {
+	r  *renderer
+	sp *proxy.ServicePort
+	in *inputs
+	o  *svcObjects
+
+	proto   uint8
+	comment string // of its no-endpoint elements
+	// chain names its cluster and local policy chains, its external chain and its firewall chain.
+	chain struct{ cluster, local, external, firewall string }
+	// internalPolicy and externalPolicy are the policy chains (cluster or local) that internal and
+	// external traffic go to; hasInternal and hasExternal report whether they have endpoints for it.
+	internalPolicy, externalPolicy string
+	hasInternal, hasExternal       bool
+	// noEndpoint is the verdict for traffic that has nowhere to go: reject without any endpoint, drop when
+	// the endpoints are all on other nodes and the policy is Local.
+	noEndpoint verdict
+	// usesFirewall is set when loadBalancerSourceRanges restrict the load balancer IPs.
+	usesFirewall bool
+	// reachable are the endpoints reachable from this node, in address order.
+	reachable []proxy.Endpoint
+}
+
+// newServiceRender names the port's chains and works out what its traffic policies decide.
+func (r *renderer) newServiceRender(sp *proxy.ServicePort, in *inputs) serviceRender {
 	base := serviceBase(sp.Name)
-	proto := protoNumbers[sp.Protocol]
-	comment := truncComment(sp.Name.String())
-	clusterChain, localChain := prefixService+base, prefixLocal+base
-	externalChain, firewallChain := prefixExternal+base, prefixFirewall+base
-	affinity := sp.SessionAffinity()
-
-	hasEndpoints := sp.HasAnyEndpoints
-	usesCluster := len(sp.ClusterEndpoints) > 0 && sp.UsesClusterEndpoints()
-	usesLocal := len(sp.LocalEndpoints) > 0 && sp.UsesLocalEndpoints()
-	internalChain, hasInternal := clusterChain, hasEndpoints
-	if sp.InternalPolicyLocal {
-		internalChain = localChain
-		hasInternal = hasInternal && len(sp.LocalEndpoints) > 0
-	}
-	externalPolicyChain, hasExternal := clusterChain, hasEndpoints
-	if sp.ExternalPolicyLocal {
-		externalPolicyChain = localChain
-		hasExternal = hasExternal && len(sp.LocalEndpoints) > 0
-	}
-	usesExternal := hasEndpoints && sp.ExternallyAccessible()
-	usesFirewall := len(sp.LoadBalancerIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
-
-	// The verdicts for traffic that has nowhere to go: reject without any endpoint, drop when the
-	// endpoints are all on other nodes and the policy is Local.
-	noInternal, noExternal := verdict{kind: verdictGoto, chain: chainReject}, verdict{kind: verdictGoto, chain: chainReject}
-	if hasEndpoints {
-		noInternal, noExternal = verdict{kind: verdictDrop}, verdict{kind: verdictDrop}
-	}
-
-	elem := func(set string, k elemKey, v verdict, withComment bool) {
-		e := setElem{set: set, key: k, value: elemValue{verdict: v}}
-		if withComment {
-			e.value.comment = comment
-		}
-		o.elems = append(o.elems, e)
-	}
-	addrKey := func(a netip.Addr) elemKey { return elemKey{addr: a, proto: proto, port: uint16(sp.Port)} }
-
-	// Endpoint chains and affinity sets (affinity only), and the hairpin set for local endpoints.
 	reachable := reachableEndpoints(sp)
-	for _, ep := range reachable {
+	s := serviceRender{r: r, sp: sp, in: in, proto: protoNumbers[sp.Protocol], comment: truncComment(sp.Name.String()),
+		reachable: reachable, o: &svcObjects{chains: make([]chainRules, 0, len(reachable)+4)}}
+	s.chain.cluster, s.chain.local = prefixService+base, prefixLocal+base
+	s.chain.external, s.chain.firewall = prefixExternal+base, prefixFirewall+base
+
+	s.internalPolicy, s.hasInternal = s.chain.cluster, sp.HasAnyEndpoints
+	if sp.InternalPolicyLocal {
+		s.internalPolicy = s.chain.local
+		s.hasInternal = s.hasInternal && len(sp.LocalEndpoints) > 0
+	}
+	s.externalPolicy, s.hasExternal = s.chain.cluster, sp.HasAnyEndpoints
+	if sp.ExternalPolicyLocal {
+		s.externalPolicy = s.chain.local
+		s.hasExternal = s.hasExternal && len(sp.LocalEndpoints) > 0
+	}
+	s.noEndpoint = goToChain(chainReject)
+	if sp.HasAnyEndpoints {
+		s.noEndpoint = verdict{kind: verdictDrop}
+	}
+	s.usesFirewall = len(sp.LoadBalancerIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
+	return s
+}
+
+// elem adds an element to a shared set or map.
+func (s *serviceRender) elem(set string, k elemKey, v verdict) {
+	s.o.elems = append(s.o.elems, setElem{set: set, key: k, value: elemValue{verdict: v}})
+}
+
+// noEndpointElem adds an element to a no-endpoint map, with the verdict for traffic that has nowhere to go
+// and the port's name as comment.
+func (s *serviceRender) noEndpointElem(set string, k elemKey) {
+	s.o.elems = append(s.o.elems, setElem{set: set, key: k, value: elemValue{verdict: s.noEndpoint, comment: s.comment}})
+}
+
+// addrKey is the key of the port on address a in the maps of addresses, protocols and ports.
+func (s *serviceRender) addrKey(a netip.Addr) elemKey {
+	return elemKey{addr: a, proto: s.proto, port: uint16(s.sp.Port)}
+}
+
+// goToChain is the verdict of an element that sends traffic to chain.
+func goToChain(chain string) verdict { return verdict{kind: verdictGoto, chain: chain} }
+
+// hairpin adds the local endpoints to the hairpin set: they are masqueraded when they reach themselves.
+func (s *serviceRender) hairpin() {
+	for _, ep := range s.reachable {
 		if ep.IsLocal {
-			o.elems = append(o.elems, setElem{set: setHairpinConnections,
-				key: elemKey{addr: ep.IP, addr2: ep.IP, proto: proto, port: uint16(ep.Port)}})
+			s.elem(setHairpinConnections, elemKey{addr: ep.IP, addr2: ep.IP, proto: s.proto, port: uint16(ep.Port)}, verdict{})
 		}
 	}
+}
 
-	elem(setClusterIPs, elemKey{addr: sp.ClusterIP}, verdict{}, false)
-	if hasInternal {
-		elem(mapServiceIPs, addrKey(sp.ClusterIP), verdict{kind: verdictGoto, chain: internalChain}, false)
+// clusterIP adds the cluster IP, sent to the internal policy chain or, without endpoints for it, to the
+// no-endpoint verdict.
+func (s *serviceRender) clusterIP() {
+	s.elem(setClusterIPs, elemKey{addr: s.sp.ClusterIP}, verdict{})
+	if s.hasInternal {
+		s.elem(mapServiceIPs, s.addrKey(s.sp.ClusterIP), goToChain(s.internalPolicy))
 	} else {
-		elem(mapNoEndpointServices, addrKey(sp.ClusterIP), noInternal, true)
+		s.noEndpointElem(mapNoEndpointServices, s.addrKey(s.sp.ClusterIP))
 	}
-	for _, ip := range sp.ExternalIPs {
-		if hasEndpoints {
-			elem(mapServiceIPs, addrKey(ip), verdict{kind: verdictGoto, chain: externalChain}, false)
-		}
-		if !hasExternal {
-			elem(mapNoEndpointServices, addrKey(ip), noExternal, true)
-		}
-	}
-	for _, ip := range sp.LoadBalancerIPs {
-		if hasEndpoints {
-			elem(mapServiceIPs, addrKey(ip), verdict{kind: verdictGoto, chain: externalChain}, false)
-		}
-		if usesFirewall {
-			elem(mapFirewallIPs, addrKey(ip), verdict{kind: verdictGoto, chain: firewallChain}, false)
-		}
-	}
-	if !hasExternal {
-		for _, ip := range sp.LoadBalancerIPs {
-			elem(mapNoEndpointServices, addrKey(ip), noExternal, true)
-		}
-	}
-	if sp.NodePort != 0 {
-		npKey := elemKey{proto: proto, port: uint16(sp.NodePort)}
-		if r.cfg.LocalhostReject && !(r.cfg.LocalhostProxy && sp.Protocol == v1.ProtocolTCP) {
-			elem(mapLocalhostNodePortReject, npKey, verdict{kind: verdictGoto, chain: localhostRejectChain(sp.Protocol)}, false)
-		}
-		if hasEndpoints {
-			elem(mapServiceNodePorts, npKey, verdict{kind: verdictGoto, chain: externalChain}, false)
-		}
-		if !hasExternal {
-			elem(mapNoEndpointNodePorts, npKey, noExternal, true)
-		}
-	}
+}
 
-	// The chains, in upstream's order of creation. The capacity holds them all, so the pointers kept below
-	// stay valid.
-	o.chains = make([]chainRules, 0, len(reachable)+4)
-	chain := func(name string) *chainRules {
-		o.chains = append(o.chains, chainRules{spec: chainSpec{name: name}})
-		return &o.chains[len(o.chains)-1]
-	}
-	var endpointChains []*chainRules
-	if affinity {
-		for _, ep := range reachable {
-			endpointChains = append(endpointChains, chain(prefixEndpoint+endpointBase(sp.Name, ep.AddrPort())))
+// externalIPs adds the external IPs, sent to the external chain, and to the no-endpoint verdict when
+// external traffic has no endpoint.
+func (s *serviceRender) externalIPs() {
+	for _, ip := range s.sp.ExternalIPs {
+		if s.sp.HasAnyEndpoints {
+			s.elem(mapServiceIPs, s.addrKey(ip), goToChain(s.chain.external))
+		}
+		if !s.hasExternal {
+			s.noEndpointElem(mapNoEndpointServices, s.addrKey(ip))
 		}
 	}
-	var cluster, local, external, firewall *chainRules
-	if usesCluster {
-		cluster = chain(clusterChain)
-	}
-	if usesLocal {
-		local = chain(localChain)
-	}
-	if usesExternal {
-		external = chain(externalChain)
-	}
-	if usesFirewall {
-		firewall = chain(firewallChain)
-	}
+}
 
-	if external != nil {
-		if !sp.ExternalPolicyLocal {
-			external.rules = append(external.rules, ruleSpec{terms: []term{markOr(r.mark)}, comment: "masquerade"})
-		} else {
-			if in.local.Implemented() {
-				external.rules = append(external.rules, ruleSpec{terms: []term{r.ifLocal(in.local, false), goTo(clusterChain)},
-					comment: "short-circuit pod traffic"})
-			}
-			external.rules = append(external.rules,
-				ruleSpec{terms: []term{fibLocal(true), markOr(r.mark)}, comment: "masquerade local traffic"},
-				ruleSpec{terms: []term{fibLocal(true), goTo(clusterChain)}, comment: "short-circuit local traffic"})
+// loadBalancerIPs adds the load balancer IPs, sent to the external chain and, with source ranges, through
+// the firewall chain; and to the no-endpoint verdict when external traffic has no endpoint.
+func (s *serviceRender) loadBalancerIPs() {
+	for _, ip := range s.sp.LoadBalancerIPs {
+		if s.sp.HasAnyEndpoints {
+			s.elem(mapServiceIPs, s.addrKey(ip), goToChain(s.chain.external))
 		}
-		if hasExternal {
-			external.rules = append(external.rules, ruleSpec{terms: []term{goTo(externalPolicyChain)}})
+		if s.usesFirewall {
+			s.elem(mapFirewallIPs, s.addrKey(ip), goToChain(s.chain.firewall))
 		}
 	}
-	if firewall != nil {
-		var sources []netip.Prefix
-		allowNode := false
-		for _, p := range sp.LoadBalancerSourceRanges {
-			sources = append(sources, p)
-			allowNode = allowNode || (in.nodeIP.IsValid() && p.Contains(in.nodeIP))
+	if !s.hasExternal {
+		for _, ip := range s.sp.LoadBalancerIPs {
+			s.noEndpointElem(mapNoEndpointServices, s.addrKey(ip))
 		}
-		if allowNode {
-			// A load balancer IP that is also a local address loops a node's own request back with the
-			// load balancer IP as its source.
-			for _, ip := range sp.LoadBalancerIPs {
-				sources = append(sources, netip.PrefixFrom(ip, ip.BitLen()))
-			}
-		}
-		firewall.rules = append(firewall.rules, ruleSpec{terms: []term{addrSetOf(true, true, sources), drop()}})
 	}
+}
 
-	if affinity {
-		timeout := time.Duration(sp.StickyMaxAgeSeconds) * time.Second
-		for _, ep := range reachable {
-			o.sets = append(o.sets, setSpec{name: prefixAffinity + endpointBase(sp.Name, ep.AddrPort()),
-				key: layoutAddr, dynamic: true, timeout: timeout})
-		}
-		if cluster != nil {
-			cluster.rules = affinityRules(sp.Name, sp.ClusterEndpoints)
-		}
-		if local != nil {
-			local.rules = affinityRules(sp.Name, sp.LocalEndpoints)
-		}
-		for i, ep := range reachable {
-			endpointChains[i].rules = []ruleSpec{
-				{terms: []term{updateSaddr(prefixAffinity + endpointBase(sp.Name, ep.AddrPort()))}},
-				{terms: []term{l4proto(proto), dnatTo(ep.AddrPort())}},
-			}
-		}
+// nodePort adds the node port: rejected on loopback addresses when the gate says so, sent to the external
+// chain, and to the no-endpoint verdict when external traffic has no endpoint.
+func (s *serviceRender) nodePort() {
+	if s.sp.NodePort == 0 {
+		return
+	}
+	cfg := &s.r.cfg
+	key := elemKey{proto: s.proto, port: uint16(s.sp.NodePort)}
+	if cfg.LocalhostReject && !(cfg.LocalhostProxy && s.sp.Protocol == v1.ProtocolTCP) {
+		s.elem(mapLocalhostNodePortReject, key, goToChain(localhostRejectChain(s.sp.Protocol)))
+	}
+	if s.sp.HasAnyEndpoints {
+		s.elem(mapServiceNodePorts, key, goToChain(s.chain.external))
+	}
+	if !s.hasExternal {
+		s.noEndpointElem(mapNoEndpointNodePorts, key)
+	}
+}
+
+// addChain adds one of the port's chains.
+func (s *serviceRender) addChain(name string, rules []ruleSpec) {
+	s.o.chains = append(s.o.chains, chainRules{spec: chainSpec{name: name}, rules: rules})
+}
+
+// endpointChains adds, with session affinity, a chain for each reachable endpoint: it records the client
+// in the endpoint's affinity set and DNATs to the endpoint.
+func (s *serviceRender) endpointChains() {
+	if !s.sp.SessionAffinity() {
+		return
+	}
+	for _, ep := range s.reachable {
+		base := endpointBase(s.sp.Name, ep.AddrPort())
+		s.addChain(prefixEndpoint+base, []ruleSpec{
+			{terms: []term{updateSaddr(prefixAffinity + base)}},
+			{terms: []term{l4proto(s.proto), dnatTo(ep.AddrPort())}},
+		})
+	}
+}
+
+// policyChains adds the cluster and local policy chains that have endpoints in use: each spreads traffic
+// over its endpoints (through their chains, with session affinity).
+func (s *serviceRender) policyChains() {
+	sp := s.sp
+	if len(sp.ClusterEndpoints) > 0 && sp.UsesClusterEndpoints() {
+		s.addChain(s.chain.cluster, s.toEndpoints(sp.ClusterEndpoints))
+	}
+	if len(sp.LocalEndpoints) > 0 && sp.UsesLocalEndpoints() {
+		s.addChain(s.chain.local, s.toEndpoints(sp.LocalEndpoints))
+	}
+}
+
+// toEndpoints returns the rules of a policy chain with endpoints eps.
+func (s *serviceRender) toEndpoints(eps []proxy.Endpoint) []ruleSpec {
+	if s.sp.SessionAffinity() {
+		return affinityRules(s.sp.Name, eps)
+	}
+	return dnatRules(s.proto, eps)
+}
+
+// externalChain adds, when the port is externally accessible and has endpoints, the chain that its
+// external IPs, load balancer IPs and node port go to: with policy Cluster it masquerades; with policy
+// Local, pod and local traffic short-circuit to the cluster policy chain (local traffic masqueraded).
+// Then, when external traffic has endpoints, it goes to its policy chain.
+func (s *serviceRender) externalChain() {
+	sp := s.sp
+	if !sp.HasAnyEndpoints || !sp.ExternallyAccessible() {
+		return
+	}
+	var rules []ruleSpec
+	if !sp.ExternalPolicyLocal {
+		rules = append(rules, ruleSpec{terms: []term{markOr(s.r.mark)}, comment: "masquerade"})
 	} else {
-		if cluster != nil {
-			cluster.rules = dnatRules(proto, sp.ClusterEndpoints)
+		if s.in.local.Implemented() {
+			rules = append(rules, ruleSpec{terms: []term{s.r.ifLocal(s.in.local, false), goTo(s.chain.cluster)},
+				comment: "short-circuit pod traffic"})
 		}
-		if local != nil {
-			local.rules = dnatRules(proto, sp.LocalEndpoints)
+		rules = append(rules,
+			ruleSpec{terms: []term{fibLocal(true), markOr(s.r.mark)}, comment: "masquerade local traffic"},
+			ruleSpec{terms: []term{fibLocal(true), goTo(s.chain.cluster)}, comment: "short-circuit local traffic"})
+	}
+	if s.hasExternal {
+		rules = append(rules, ruleSpec{terms: []term{goTo(s.externalPolicy)}})
+	}
+	s.addChain(s.chain.external, rules)
+}
+
+// firewallChain adds, when loadBalancerSourceRanges restrict the load balancer IPs, the chain that drops
+// traffic to them from other sources.
+func (s *serviceRender) firewallChain() {
+	if !s.usesFirewall {
+		return
+	}
+	var sources []netip.Prefix
+	allowNode := false
+	for _, p := range s.sp.LoadBalancerSourceRanges {
+		sources = append(sources, p)
+		allowNode = allowNode || (s.in.nodeIP.IsValid() && p.Contains(s.in.nodeIP))
+	}
+	if allowNode {
+		// A load balancer IP that is also a local address loops a node's own request back with the
+		// load balancer IP as its source.
+		for _, ip := range s.sp.LoadBalancerIPs {
+			sources = append(sources, netip.PrefixFrom(ip, ip.BitLen()))
 		}
 	}
-	return o
+	s.addChain(s.chain.firewall, []ruleSpec{{terms: []term{addrSetOf(true, true, sources), drop()}}})
+}
+
+// affinitySets adds, with session affinity, the affinity set of each reachable endpoint: the clients sent
+// to it, for the affinity timeout.
+func (s *serviceRender) affinitySets() {
+	if !s.sp.SessionAffinity() {
+		return
+	}
+	timeout := time.Duration(s.sp.StickyMaxAgeSeconds) * time.Second
+	for _, ep := range s.reachable {
+		s.o.sets = append(s.o.sets, setSpec{name: prefixAffinity + endpointBase(s.sp.Name, ep.AddrPort()),
+			key: layoutAddr, dynamic: true, timeout: timeout})
+	}
 }
 
 // addrSetOf matches an address against prefixes, always written as an anonymous set (as upstream writes
