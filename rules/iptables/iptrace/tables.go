@@ -495,16 +495,23 @@ func setPolicy(t *Table, cmd string, args []string) error {
 	return nil
 }
 
+// listed returns the chains a listing names: the one in args, or every chain of t. A chain that does not
+// exist is an error, its text ending in missing (as each listing's tool words it).
+func (ts *Tables) listed(t *Table, args []string, missing string) ([]string, error) {
+	if len(args) == 0 {
+		return ts.chains(t.Name), nil
+	}
+	if t.Chains[args[0]] == nil {
+		return nil, fmt.Errorf("chain %q does not exist%s", args[0], missing)
+	}
+	return []string{args[0]}, nil
+}
+
 // listRules is -S: the chains' definitions, then their rules.
 func (ts *Tables) listRules(t *Table, args []string) (string, error) {
-	var names []string
-	if len(args) > 0 {
-		if t.Chains[args[0]] == nil {
-			return "", fmt.Errorf("chain %q does not exist", args[0])
-		}
-		names = []string{args[0]}
-	} else {
-		names = ts.chains(t.Name)
+	names, err := ts.listed(t, args, "")
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	for _, n := range names {
@@ -524,14 +531,9 @@ func (ts *Tables) listRules(t *Table, args []string) (string, error) {
 
 // list is -L. Only whether the chain exists is modelled; the listing has one header line per chain.
 func (ts *Tables) list(t *Table, args []string) (string, error) {
-	var names []string
-	if len(args) > 0 {
-		if t.Chains[args[0]] == nil {
-			return "", fmt.Errorf("chain %q does not exist: No chain/target/match by that name", args[0])
-		}
-		names = []string{args[0]}
-	} else {
-		names = ts.chains(t.Name)
+	names, err := ts.listed(t, args, ": No chain/target/match by that name")
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	for _, n := range names {
