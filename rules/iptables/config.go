@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // Config is everything besides the snapshot that changes the rules. ConfigFrom builds it from the
@@ -45,23 +46,6 @@ type NFAcct struct {
 // is LocalhostNodePortsActive.
 func (c *Config) countsLocalhostNodePorts() bool {
 	return c.NFAcct.LocalhostNodePorts && c.LocalhostNodePorts && c.Family == v1.IPv4Protocol
-}
-
-// localArgs renders a local-traffic match as iptables arguments matching traffic from a local pod, and
-// their negation; nil when local traffic cannot be told apart.
-func localArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
-	switch {
-	case m.CIDR.IsValid():
-		s := m.CIDR.String()
-		return []string{"-s", s}, []string{"!", "-s", s}
-	case m.Interface != "":
-		name := m.Interface
-		if m.Prefix {
-			name += "+"
-		}
-		return []string{"-i", name}, []string{"!", "-i", name}
-	}
-	return nil, nil
 }
 
 // LocalhostNodePortsActive reports whether NodePorts answer on 127.0.0.0/8 for this configuration and node:
@@ -108,30 +92,14 @@ func (c *Config) nodePortAddrs(node *proxy.Node) nodePortAddrs {
 	return n
 }
 
-// JumpRule is a rule in a built-in chain that sends traffic into one of our chains. Upstream ensures each
-// with `iptables -C` and, when missing, `iptables -I` (prepend) in the order JumpRules returns them, after
-// creating Target if needed. The rule is Args, then `-m comment --comment Comment` when Comment is not empty,
-// then `-j Target`.
-type JumpRule struct {
-	Table   string
-	Chain   string // the built-in chain holding the rule
-	Target  string // our chain
-	Args    []string
-	Comment string
-}
-
-// RuleSpec returns the rule's arguments as given to iptables after the chain name.
-func (j JumpRule) RuleSpec() []string {
-	spec := append([]string(nil), j.Args...)
-	if j.Comment != "" {
-		spec = append(spec, "-m", "comment", "--comment", j.Comment)
-	}
-	return append(spec, "-j", j.Target)
+// jump is a JumpRule written as a row of JumpRules' table.
+func jump(table, chain, target string, args []string, comment string) xtables.JumpRule {
+	return xtables.JumpRule{Table: table, Chain: chain, Target: target, Args: args, Comment: comment}
 }
 
 // JumpRules returns the jump rules from built-in chains that upstream ensures on every full sync, kubelet's
 // KUBE-FIREWALL jumps last. They do not depend on cfg today; it is taken so that they may.
-func JumpRules(cfg Config) []JumpRule {
+func JumpRules(cfg Config) []xtables.JumpRule {
 	_ = cfg
 	ctNew := []string{"-m", "conntrack", "--ctstate", "NEW"}
 	const (
@@ -139,21 +107,21 @@ func JumpRules(cfg Config) []JumpRule {
 		portals  = "kubernetes service portals"
 		lbfw     = "kubernetes load balancer firewall"
 	)
-	return []JumpRule{
-		{"filter", "INPUT", chainExternalServices, ctNew, external},
-		{"filter", "FORWARD", chainExternalServices, ctNew, external},
-		{"filter", "INPUT", chainNodePorts, nil, "kubernetes health check service ports"},
-		{"filter", "FORWARD", chainServices, ctNew, portals},
-		{"filter", "OUTPUT", chainServices, ctNew, portals},
-		{"filter", "FORWARD", chainForward, nil, "kubernetes forwarding rules"},
-		{"filter", "INPUT", chainProxyFirewall, ctNew, lbfw},
-		{"filter", "OUTPUT", chainProxyFirewall, ctNew, lbfw},
-		{"filter", "FORWARD", chainProxyFirewall, ctNew, lbfw},
-		{"nat", "OUTPUT", chainServices, nil, portals},
-		{"nat", "PREROUTING", chainServices, nil, portals},
-		{"nat", "POSTROUTING", chainPostrouting, nil, "kubernetes postrouting rules"},
-		{"filter", "INPUT", chainKubeletFirewall, nil, ""},
-		{"filter", "OUTPUT", chainKubeletFirewall, nil, ""},
+	return []xtables.JumpRule{
+		jump("filter", "INPUT", chainExternalServices, ctNew, external),
+		jump("filter", "FORWARD", chainExternalServices, ctNew, external),
+		jump("filter", "INPUT", chainNodePorts, nil, "kubernetes health check service ports"),
+		jump("filter", "FORWARD", chainServices, ctNew, portals),
+		jump("filter", "OUTPUT", chainServices, ctNew, portals),
+		jump("filter", "FORWARD", chainForward, nil, "kubernetes forwarding rules"),
+		jump("filter", "INPUT", chainProxyFirewall, ctNew, lbfw),
+		jump("filter", "OUTPUT", chainProxyFirewall, ctNew, lbfw),
+		jump("filter", "FORWARD", chainProxyFirewall, ctNew, lbfw),
+		jump("nat", "OUTPUT", chainServices, nil, portals),
+		jump("nat", "PREROUTING", chainServices, nil, portals),
+		jump("nat", "POSTROUTING", chainPostrouting, nil, "kubernetes postrouting rules"),
+		jump("filter", "INPUT", chainKubeletFirewall, nil, ""),
+		jump("filter", "OUTPUT", chainKubeletFirewall, nil, ""),
 	}
 }
 

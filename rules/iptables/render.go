@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // largeClusterEndpoints is upstream's threshold: above this many endpoints in total, the endpoint rules
@@ -147,7 +148,7 @@ func (r *Renderer) globals(snap *proxy.Snapshot, total int) globals {
 	var g globals
 	g.large = total > largeClusterEndpoints
 	g.nodeIP = r.cfg.NodeIP(&snap.Node)
-	g.ifLocal, g.ifNotLocal = localArgs(r.cfg.LocalDetector.For(r.cfg.Family, &snap.Node))
+	g.ifLocal, g.ifNotLocal = xtables.LocalArgs(r.cfg.LocalDetector.For(r.cfg.Family, &snap.Node))
 	return g
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // Schedulers are the IPVS schedulers ipvs.scheduler may name: those of the Linux kernel's ip_vs_* modules.
@@ -85,15 +86,8 @@ func (c *Config) mark() string {
 // when local traffic cannot be detected (no cluster CIDR of the family, NodeCIDR without a pod CIDR of
 // the family, or no interface name).
 func (c *Config) notLocalArgs(node *proxy.Node) []string {
-	switch m := c.LocalDetector.For(c.Family, node); {
-	case m.CIDR.IsValid():
-		return []string{"!", "-s", m.CIDR.String()}
-	case m.Interface != "" && m.Prefix:
-		return []string{"!", "-i", m.Interface + "+"}
-	case m.Interface != "":
-		return []string{"!", "-i", m.Interface}
-	}
-	return nil
+	_, notLocal := xtables.LocalArgs(c.LocalDetector.For(c.Family, node))
+	return notLocal
 }
 
 func familyOf(a netip.Addr) v1.IPFamily {

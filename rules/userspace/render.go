@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"kube-proxy/proxy"
 	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/xtables"
 )
 
 // Chain names.
@@ -30,30 +30,19 @@ const (
 	PolicyLocal   = "local"
 )
 
-// JumpRule is a rule in a built-in chain that sends traffic into one of ours.
-type JumpRule struct {
-	Table, Chain, Target string
-	Args                 []string
-}
-
-// RuleSpec returns the rule as iptables takes it after the chain name.
-func (j JumpRule) RuleSpec() []string {
-	spec := append(slices.Clone(j.Args), "-m", "comment", "--comment", "kubernetes userspace proxy")
-	return append(spec, "-j", j.Target)
-}
-
 // JumpRules are the rules from built-in chains into ours, in the order they are ensured (each prepended).
-func JumpRules() []JumpRule {
+func JumpRules() []xtables.JumpRule {
 	ctNew := []string{"-m", "conntrack", "--ctstate", "NEW"}
 	local := []string{"-m", "addrtype", "--dst-type", "LOCAL"}
-	return []JumpRule{
-		{"nat", "PREROUTING", ChainNodePortContainer, local},
-		{"nat", "PREROUTING", ChainPortalsContainer, nil},
-		{"nat", "OUTPUT", ChainNodePortHost, local},
-		{"nat", "OUTPUT", ChainPortalsHost, nil},
-		{"filter", "INPUT", ChainFilter, ctNew},
-		{"filter", "FORWARD", ChainFilter, ctNew},
-		{"filter", "OUTPUT", ChainFilter, ctNew},
+	const comment = "kubernetes userspace proxy"
+	return []xtables.JumpRule{
+		{Table: "nat", Chain: "PREROUTING", Target: ChainNodePortContainer, Args: local, Comment: comment},
+		{Table: "nat", Chain: "PREROUTING", Target: ChainPortalsContainer, Comment: comment},
+		{Table: "nat", Chain: "OUTPUT", Target: ChainNodePortHost, Args: local, Comment: comment},
+		{Table: "nat", Chain: "OUTPUT", Target: ChainPortalsHost, Comment: comment},
+		{Table: "filter", Chain: "INPUT", Target: ChainFilter, Args: ctNew, Comment: comment},
+		{Table: "filter", Chain: "FORWARD", Target: ChainFilter, Args: ctNew, Comment: comment},
+		{Table: "filter", Chain: "OUTPUT", Target: ChainFilter, Args: ctNew, Comment: comment},
 	}
 }
 
@@ -126,7 +115,7 @@ type Config struct {
 // port gives each listener's port (0 when it has none: then the selection has no endpoints).
 func Render(cfg Config, snap *proxy.Snapshot, port func(engine.Key) uint16) []byte {
 	r := renderer{cfg: cfg, snap: snap, port: port}
-	r.local, _ = localArgs(cfg.LocalDetector.For(cfg.Family, &snap.Node))
+	r.local, _ = xtables.LocalArgs(cfg.LocalDetector.For(cfg.Family, &snap.Node))
 	cidrs, all := cfg.NodePortCIDRs(&snap.Node)
 	if !all {
 		r.nodePortDsts = cidrs
@@ -266,20 +255,4 @@ func join(parts ...[]string) []string {
 		out = append(out, p...)
 	}
 	return out
-}
-
-// localArgs matches traffic from a local pod, and its negation; nil when it cannot be told apart.
-func localArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
-	switch {
-	case m.CIDR.IsValid():
-		s := m.CIDR.String()
-		return []string{"-s", s}, []string{"!", "-s", s}
-	case m.Interface != "":
-		name := m.Interface
-		if m.Prefix {
-			name += "+"
-		}
-		return []string{"-i", name}, []string{"!", "-i", name}
-	}
-	return nil, nil
 }
