@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/xtables"
 )
 
 // The iptables backends, as the tools name them (iptables-nft, iptables-legacy).
@@ -56,15 +60,11 @@ func (x *XTables) Tool(ipv6 bool, tool string) string {
 // IPTablesTool returns the name of an iptables tool of backend: IPTablesTool("legacy", true,
 // "restore") is "ip6tables-legacy-restore"; an empty tool names iptables itself.
 func IPTablesTool(backend string, ipv6 bool, tool string) string {
-	name := "iptables"
+	family := v1.IPv4Protocol
 	if ipv6 {
-		name = "ip6tables"
+		family = v1.IPv6Protocol
 	}
-	name += "-" + backend
-	if tool != "" {
-		name += "-" + tool
-	}
-	return name
+	return xtables.Command(xtables.Backend(backend), family, tool)
 }
 
 // Run runs tool (see Tool) with args inside the namespace and returns its combined output.

@@ -25,8 +25,10 @@ const (
 // upstream kube-proxy's), as upstream's iptables wrapper looks for them.
 var hintChains = []string{"KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"}
 
-// command returns the name of an iptables tool for a backend and family, e.g. ip6tables-legacy-restore.
-func command(b Backend, family v1.IPFamily, tool string) string {
+// Command returns the name of an iptables tool for a backend and family: tool "restore", "save" or ""
+// (iptables itself), e.g. ip6tables-legacy-restore. The tests' namespaces and the e2e harness name the
+// tools with it too.
+func Command(b Backend, family v1.IPFamily, tool string) string {
 	name := "iptables"
 	if family == v1.IPv6Protocol {
 		name = "ip6tables"
@@ -41,7 +43,7 @@ func command(b Backend, family v1.IPFamily, tool string) string {
 // Available reports whether the tools of a backend and family are installed.
 func Available(b Backend, family v1.IPFamily) bool {
 	for _, tool := range []string{"", "save", "restore"} {
-		if _, err := exec.LookPath(command(b, family, tool)); err != nil {
+		if _, err := exec.LookPath(Command(b, family, tool)); err != nil {
 			return false
 		}
 	}
@@ -66,7 +68,7 @@ func Detect(ctx context.Context) (Backend, string, error) {
 	}
 	save := func(b Backend, args ...string) (string, error) {
 		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, command(b, v1.IPv4Protocol, "save"), args...)
+		cmd := exec.CommandContext(ctx, Command(b, v1.IPv4Protocol, "save"), args...)
 		cmd.Stdout = &out
 		err := cmd.Run()
 		return out.String(), err

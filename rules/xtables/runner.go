@@ -31,12 +31,12 @@ func NewRunner(b Backend, family v1.IPFamily) (*Runner, error) {
 	if family == v1.IPv6Protocol {
 		proto = iptables.ProtocolIPv6
 	}
-	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Path(command(b, family, "")), iptables.Timeout(5))
+	ipt, err := iptables.New(iptables.IPFamily(proto), iptables.Path(Command(b, family, "")), iptables.Timeout(5))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", command(b, family, ""), err)
+		return nil, fmt.Errorf("%s: %w", Command(b, family, ""), err)
 	}
 	return &Runner{Backend: b, Family: family, ipt: ipt,
-		restore: command(b, family, "restore"), save: command(b, family, "save")}, nil
+		restore: Command(b, family, "restore"), save: Command(b, family, "save")}, nil
 }
 
 // UsableRunner returns a Runner for backend and family after checking that its tools are installed and

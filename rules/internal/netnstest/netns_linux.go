@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netns"
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/xtables"
 )
 
 var seq atomic.Uint64
@@ -52,15 +55,11 @@ func New(t testing.TB) *NS {
 // Binary returns the iptables command for a backend ("nft" or "legacy"), family and tool ("restore",
 // "save" or "" for iptables itself), e.g. ip6tables-legacy-restore.
 func Binary(backend string, ipv6 bool, tool string) string {
-	b := "iptables"
+	family := v1.IPv4Protocol
 	if ipv6 {
-		b = "ip6tables"
+		family = v1.IPv6Protocol
 	}
-	b += "-" + backend
-	if tool != "" {
-		b += "-" + tool
-	}
-	return b
+	return xtables.Command(xtables.Backend(backend), family, tool)
 }
 
 // Check fails the test if a backend's binaries are missing.
