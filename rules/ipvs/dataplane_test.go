@@ -15,6 +15,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 var (
@@ -136,7 +137,7 @@ func rulesDump(t *testing.T, d *Dataplane, k *fakeKernel, snap *proxy.Snapshot) 
 	}
 	// The jumps, prepended one by one as iptables -I would.
 	for _, j := range jumpRules {
-		if _, err := f.ts.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...); err != nil {
+		if _, err := f.ts.Run(append([]string{"-t", j.Table, "-I", j.Chain, "1"}, j.RuleSpec()...)...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -580,16 +581,16 @@ func TestJumpsPutBack(t *testing.T) {
 	if got, want := k.rules[v4].dump(), rulesDump(t, d, k, s); got != want {
 		t.Fatalf("after the first sync (-want +got):\n%s", cmp.Diff(want, got))
 	}
-	removed := []jumpRule{jumpRules[0], jumpRules[4]}
+	removed := []xtables.JumpRule{jumpRules[0], jumpRules[4]}
 	for _, j := range removed {
-		if _, err := k.rules[v4].ts.Run(append([]string{"-t", j.table, "-D", j.chain}, j.spec()...)...); err != nil {
+		if _, err := k.rules[v4].ts.Run(append([]string{"-t", j.Table, "-D", j.Chain}, j.RuleSpec()...)...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// What prepending the missing ones one by one (iptables -C, then -I 1) makes of it.
 	want := k.rules[v4].ts.Clone()
 	for _, j := range removed {
-		if _, err := want.Run(append([]string{"-t", j.table, "-I", j.chain, "1"}, j.spec()...)...); err != nil {
+		if _, err := want.Run(append([]string{"-t", j.Table, "-I", j.Chain, "1"}, j.RuleSpec()...)...); err != nil {
 			t.Fatal(err)
 		}
 	}

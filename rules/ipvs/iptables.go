@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // setRule is a rule that jumps when a set matches, written only while the set has members (as upstream).
@@ -246,7 +247,7 @@ func (w *ruleWriter) payload() []byte {
 
 // withJumps returns payload with the jump rules inserted at the top of their built-in chains, each table's
 // in order before its COMMIT (so the last one ends up first, as when they are prepended one by one).
-func withJumps(payload []byte, js []jumpRule) []byte {
+func withJumps(payload []byte, js []xtables.JumpRule) []byte {
 	if len(js) == 0 {
 		return payload
 	}
@@ -258,8 +259,8 @@ func withJumps(payload []byte, js []jumpRule) []byte {
 		}
 		if strings.TrimSpace(line) == "COMMIT" {
 			for _, j := range js {
-				if j.table == table {
-					out.WriteString("-I " + j.chain + " 1 -m comment --comment " + strconv.Quote(j.comment) + " -j " + j.target + "\n")
+				if j.Table == table {
+					out.WriteString("-I " + j.Chain + " 1 -m comment --comment " + strconv.Quote(j.Comment) + " -j " + j.Target + "\n")
 				}
 			}
 		}
@@ -269,9 +270,9 @@ func withJumps(payload []byte, js []jumpRule) []byte {
 }
 
 // hasJump reports whether iptables-save output holds a jump rule.
-func hasJump(save string, j jumpRule) bool {
+func hasJump(save string, j xtables.JumpRule) bool {
 	for _, l := range strings.Split(save, "\n") {
-		if strings.HasPrefix(l, "-A "+j.chain+" ") && strings.HasSuffix(l, "-j "+j.target) && strings.Contains(l, j.comment) {
+		if strings.HasPrefix(l, "-A "+j.Chain+" ") && strings.HasSuffix(l, "-j "+j.Target) && strings.Contains(l, j.Comment) {
 			return true
 		}
 	}

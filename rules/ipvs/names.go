@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/xtables"
 )
 
 // DummyLink is the dummy interface the Service addresses are bound to, so that the kernel treats them as
@@ -44,27 +46,19 @@ var ownChains = []tableChain{
 	{"filter", chainIPVSOutFilter},
 }
 
-// jumpRule is a rule in a built-in chain that sends packets into one of ours: "-m comment --comment
-// Comment -j Target". They are ensured by prepending in this order, as upstream does, so the last one
-// ends up first.
-type jumpRule struct {
-	table, chain, target, comment string
-}
-
-func (j jumpRule) spec() []string {
-	return []string{"-m", "comment", "--comment", j.comment, "-j", j.target}
-}
-
-var jumpRules = []jumpRule{
-	{"nat", "OUTPUT", chainServices, "kubernetes service portals"},
-	{"nat", "PREROUTING", chainServices, "kubernetes service portals"},
-	{"nat", "POSTROUTING", chainPostrouting, "kubernetes postrouting rules"},
-	{"filter", "FORWARD", chainForward, "kubernetes forwarding rules"},
-	{"filter", "INPUT", chainNodePort, "kubernetes health check rules"},
-	{"filter", "INPUT", chainProxyFirewall, "kube-proxy firewall rules"},
-	{"filter", "FORWARD", chainProxyFirewall, "kube-proxy firewall rules"},
-	{"filter", "INPUT", chainIPVSFilter, "kubernetes ipvs access filter"},
-	{"filter", "OUTPUT", chainIPVSOutFilter, "kubernetes ipvs access filter"},
+// jumpRules are mode ipvs' rules from built-in chains into its own, each "-m comment --comment Comment
+// -j Target". They are ensured by prepending in this order, as upstream does, so the last one ends up
+// first.
+var jumpRules = []xtables.JumpRule{
+	{Table: "nat", Chain: "OUTPUT", Target: chainServices, Comment: "kubernetes service portals"},
+	{Table: "nat", Chain: "PREROUTING", Target: chainServices, Comment: "kubernetes service portals"},
+	{Table: "nat", Chain: "POSTROUTING", Target: chainPostrouting, Comment: "kubernetes postrouting rules"},
+	{Table: "filter", Chain: "FORWARD", Target: chainForward, Comment: "kubernetes forwarding rules"},
+	{Table: "filter", Chain: "INPUT", Target: chainNodePort, Comment: "kubernetes health check rules"},
+	{Table: "filter", Chain: "INPUT", Target: chainProxyFirewall, Comment: "kube-proxy firewall rules"},
+	{Table: "filter", Chain: "FORWARD", Target: chainProxyFirewall, Comment: "kube-proxy firewall rules"},
+	{Table: "filter", Chain: "INPUT", Target: chainIPVSFilter, Comment: "kubernetes ipvs access filter"},
+	{Table: "filter", Chain: "OUTPUT", Target: chainIPVSOutFilter, Comment: "kubernetes ipvs access filter"},
 }
 
 // setID indexes setDefs.

@@ -218,9 +218,9 @@ func cleanupRules(ctx context.Context, k *kernelRules, r *xtables.Runner) []erro
 		}
 		save := buf.String()
 		for _, j := range jumpRules {
-			if j.table == table && hasJump(save, j) {
-				if err := r.DeleteRule(j.table, j.chain, j.spec()...); err != nil && !xtables.IsNotExist(err) {
-					errs = append(errs, fmt.Errorf("%s: deleting the jump from %s/%s: %w", r.Backend, j.table, j.chain, err))
+			if j.Table == table && hasJump(save, j) {
+				if err := r.DeleteRule(j.Table, j.Chain, j.RuleSpec()...); err != nil && !xtables.IsNotExist(err) {
+					errs = append(errs, fmt.Errorf("%s: deleting the jump from %s/%s: %w", r.Backend, j.Table, j.Chain, err))
 				}
 			}
 		}

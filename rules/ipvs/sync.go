@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // The sync: a full one reads the kernel and repairs every difference, a partial one writes what the
@@ -394,7 +395,7 @@ func (d *Dataplane) syncRules(ctx context.Context, node *proxy.Node, force bool)
 		return nil
 	}
 	write := payload
-	var missing []jumpRule
+	var missing []xtables.JumpRule
 	var saveErr error
 	if force {
 		if missing, saveErr = d.missingJumps(ctx); saveErr == nil {
@@ -434,18 +435,18 @@ func (d *Dataplane) restore(ctx context.Context, payload []byte) error {
 }
 
 // missingJumps reads the nat and filter tables and returns the jump rules that are not there.
-func (d *Dataplane) missingJumps(ctx context.Context) ([]jumpRule, error) {
+func (d *Dataplane) missingJumps(ctx context.Context) ([]xtables.JumpRule, error) {
 	saved := map[string]string{}
-	var missing []jumpRule
+	var missing []xtables.JumpRule
 	for _, j := range jumpRules {
-		if _, ok := saved[j.table]; !ok {
-			s, err := d.k.rules.save(ctx, j.table)
+		if _, ok := saved[j.Table]; !ok {
+			s, err := d.k.rules.save(ctx, j.Table)
 			if err != nil {
-				return nil, fmt.Errorf("reading the %s table: %w", j.table, err)
+				return nil, fmt.Errorf("reading the %s table: %w", j.Table, err)
 			}
-			saved[j.table] = s
+			saved[j.Table] = s
 		}
-		if !hasJump(saved[j.table], j) {
+		if !hasJump(saved[j.Table], j) {
 			missing = append(missing, j)
 		}
 	}
