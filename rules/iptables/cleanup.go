@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -54,16 +53,7 @@ func Cleanup(ctx context.Context, k cleanupKernel) error {
 			continue
 		}
 		slices.Sort(doomed)
-		var p bytes.Buffer
-		fmt.Fprintf(&p, "*%s\n", table)
-		for _, c := range doomed {
-			fmt.Fprintf(&p, ":%s - [0:0]\n", c)
-		}
-		for _, c := range doomed {
-			fmt.Fprintf(&p, "-X %s\n", c)
-		}
-		p.WriteString("COMMIT\n")
-		if err := k.Restore(ctx, p.Bytes()); err != nil {
+		if err := k.Restore(ctx, xtables.DeleteChainsPayload(table, doomed)); err != nil {
 			errs = append(errs, fmt.Errorf("deleting chains of table %s: %w", table, err))
 		}
 	}

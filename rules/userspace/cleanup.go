@@ -1,11 +1,12 @@
 package userspace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+
+	"kube-proxy/rules/xtables"
 )
 
 // cleanupKernel is what Cleanup needs from the iptables tools of one backend and family.
@@ -39,16 +40,7 @@ func Cleanup(ctx context.Context, k cleanupKernel, isNotExist func(error) bool) 
 		if len(doomed) == 0 {
 			continue
 		}
-		var p bytes.Buffer
-		fmt.Fprintf(&p, "*%s\n", table)
-		for _, c := range doomed {
-			fmt.Fprintf(&p, ":%s - [0:0]\n", c)
-		}
-		for _, c := range doomed {
-			fmt.Fprintf(&p, "-X %s\n", c)
-		}
-		p.WriteString("COMMIT\n")
-		if err := k.Restore(ctx, p.Bytes()); err != nil {
+		if err := k.Restore(ctx, xtables.DeleteChainsPayload(table, doomed)); err != nil {
 			errs = append(errs, fmt.Errorf("deleting chains of table %s: %w", table, err))
 		}
 	}

@@ -1,6 +1,8 @@
 package xtables
 
 import (
+	"bytes"
+	"fmt"
 	"slices"
 
 	"kube-proxy/proxy"
@@ -42,4 +44,19 @@ func LocalArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
 		return []string{"-i", name}, []string{"!", "-i", name}
 	}
 	return nil, nil
+}
+
+// DeleteChainsPayload returns the iptables-restore payload that empties chains of table and deletes them,
+// in one transaction (a chain still jumped to from a chain not in the list makes it fail whole).
+func DeleteChainsPayload(table string, chains []string) []byte {
+	var p bytes.Buffer
+	fmt.Fprintf(&p, "*%s\n", table)
+	for _, c := range chains {
+		fmt.Fprintf(&p, ":%s - [0:0]\n", c)
+	}
+	for _, c := range chains {
+		fmt.Fprintf(&p, "-X %s\n", c)
+	}
+	p.WriteString("COMMIT\n")
+	return p.Bytes()
 }
