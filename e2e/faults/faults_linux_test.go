@@ -222,7 +222,9 @@ func TestXtablesLockHeld(t *testing.T) {
 // faults build's KP_FAULT_FAIL_APPLY. Expected: no restart, existing Services unaffected, healthy while
 // nothing is queued, unhealthy once a change waits, converged soon after the failures end.
 func TestApplyFailing(t *testing.T) {
-	failFor := Pick(20*time.Second, 10*time.Minute)
+	// The change waits failFor/2, which must pass 2 × syncPeriod (when /healthz turns 503) by a margin the
+	// 1 s polling sees: at 20 s in the short form it was exactly 2 × 5 s, and a run saw no 503.
+	failFor := Pick(26*time.Second, 10*time.Minute)
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			b := newBed(t, mode)

@@ -130,7 +130,15 @@ func breakages(t *testing.T, mode string) {
 	webTCP := b.NS + "/web:tcp"
 	clean := func(t *testing.T) {
 		t.Helper()
-		if d, code, text := b.diff(t); code != 0 || len(d.Drift) > 0 {
+		// The restarted daemon's first sync may not know the ServiceCIDRs yet (it waits for Services,
+		// EndpointSlices and its Node only), so mode nftables' drop rule for unallocated cluster IPs
+		// can come one sync later: diff gets a few seconds to see it.
+		d, code, text := b.diff(t)
+		for deadline := time.Now().Add(5 * time.Second); (code != 0 || len(d.Drift) > 0) && time.Now().Before(deadline); {
+			time.Sleep(500 * time.Millisecond)
+			d, code, text = b.diff(t)
+		}
+		if code != 0 || len(d.Drift) > 0 {
 			t.Errorf("diff after the fix: exit %d:\n%s", code, text)
 		}
 		if d, code, text := b.doctor(t); code != 0 || d.Problems > 0 {
