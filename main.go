@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +64,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer klog.Flush()
-	logConfigWarnings(warnings)
+	proxy.LogConfigWarnings(warnings)
 	if opts.WriteConfigTo != "" {
 		b, err := config.Marshal(cfg)
 		exitOn(err)
@@ -121,6 +120,9 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	srv.FlagOverrides = opts.Overrides(fs)
 	srv.ModeDefaulted = opts.ModeDefaulted(fs)
 	srv.Flags = fs
+	srv.Reloading = proxy.Reloading{Logs: logs, Load: func() (*config.KubeProxyConfiguration, []*config.FieldError, error) {
+		return opts.Complete(fs) // the file again, with the same command line
+	}}
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() { done <- srv.Run(ctx); close(finished) }()
 	err = systemd.Run(ctx, systemd.NewNotifier(), systemd.Hooks{
@@ -128,24 +130,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 		Alive:  srv.Proxy.LoopAlive,
 		Status: srv.Status,
 		Done:   done,
-		Reload: func(ctx context.Context) config.ReloadResult {
-			next, warnings, loadErr := opts.Complete(fs)
-			logConfigWarnings(warnings)
-			r := srv.Reload(ctx, next, loadErr, logs.SetVerbosity)
-			if r.Result == config.ReloadApplied {
-				// srv.Reload put the verbosity in force; vmodule and flushFrequency, the other live logging
-				// fields, are put in force here, before the reply. A change of format or output options
-				// never gets here: ReloadPlan makes it restart-required.
-				if err := logs.Apply(next.Logging); err != nil {
-					klog.ErrorS(err, "Reloaded, except for the logging settings")
-					r.Message += "; except the logging settings: " + err.Error()
-				}
-				if len(warnings) > 0 {
-					r.Message += "; " + warningsText(warnings)
-				}
-			}
-			return r
-		},
+		Reload: srv.Reload,
 	})
 	cancel()
 	select { // let servers and the sync loop wind down, within the 2 s a stop may take
@@ -175,23 +160,6 @@ func newFlagSet(opts *config.Options) (*pflag.FlagSet, *flag.FlagSet) {
 func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "Kubernetes %s\n", config.UpstreamRelease)
 	fmt.Fprintf(w, "kube-proxy %s (commit %s)\n", version, commit)
-}
-
-// logConfigWarnings logs what the configuration sets that loads but does nothing or will stop working:
-// fields of older releases, GA or deprecated feature gates.
-func logConfigWarnings(warnings []*config.FieldError) {
-	for _, w := range warnings {
-		klog.InfoS("Warning: configuration setting ignored or going away", "warning", w.Error())
-	}
-}
-
-// warningsText is the warnings on one line, for a reload's reply.
-func warningsText(warnings []*config.FieldError) string {
-	parts := make([]string, len(warnings))
-	for i, w := range warnings {
-		parts[i] = w.Error()
-	}
-	return "warnings: " + strings.Join(parts, "; ")
 }
 
 func exitOn(err error) {

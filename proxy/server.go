@@ -35,6 +35,8 @@ type Server struct {
 	ModeDefaulted bool
 	// Flags is the command line, which /flagz shows; nil leaves /flagz out.
 	Flags *pflag.FlagSet
+	// Reloading is where Reload reads the configuration again and sets the logging.
+	Reloading Reloading
 
 	client        API
 	events        *events.Recorder
@@ -203,63 +205,6 @@ func (s *Server) serve(ctx context.Context, name, addr string, h http.Handler, h
 			klog.ErrorS(err, "Server stopped", "server", name)
 		}
 	}()
-}
-
-// Reload applies a newly loaded configuration: fields that can change live are put in force (sync periods,
-// log verbosity, dataplane settings, confirmed by a full sync) and the call returns once they are. A load
-// error, or a change to a field that needs a restart, keeps the running configuration entirely.
-func (s *Server) Reload(ctx context.Context, next *config.KubeProxyConfiguration, loadErr error, setVerbosity func(int) error) config.ReloadResult {
-	s.mu.Lock()
-	s.reloads++
-	res := config.ReloadResult{Generation: s.reloads}
-	cur := s.cfg
-	s.mu.Unlock()
-	fail := func(result, msg string) config.ReloadResult {
-		res.Result, res.Message = result, msg
-		s.Proxy.Metrics().ConfigReloads.WithLabelValues(result).Inc()
-		klog.ErrorS(nil, "Configuration reload refused; the running configuration stays in force", "result", result, "reason", msg)
-		return res
-	}
-	if loadErr != nil {
-		return fail(config.ReloadInvalid, loadErr.Error())
-	}
-	live, restart := config.ReloadPlan(cur, next)
-	if len(restart) > 0 {
-		return fail(config.ReloadRestartRequired, "changed fields need a restart: "+strings.Join(restart, ", "))
-	}
-	if err := setVerbosity(int(next.Logging.Verbosity)); err != nil {
-		return fail(config.ReloadInvalid, err.Error())
-	}
-	syncPeriod, minSyncPeriod := next.SyncPeriods()
-	s.Proxy.SetSyncPeriods(syncPeriod, minSyncPeriod)
-	err := s.Proxy.Reconfigure(ctx, next, cur)
-	if IsRefused(err) {
-		// The dataplanes keep what they had; so do the sync loop and the log.
-		_ = setVerbosity(int(cur.Logging.Verbosity))
-		s.Proxy.SetSyncPeriods(cur.SyncPeriods())
-		return fail(config.ReloadInvalid, err.Error())
-	}
-	s.mu.Lock()
-	s.cfg = next
-	s.mu.Unlock()
-	res.Result = config.ReloadApplied
-	res.Message = "changed: " + strings.Join(live, ", ")
-	if len(live) == 0 {
-		res.Message = "no changes"
-	}
-	if err != nil {
-		// In force, but not in the kernel yet: the sync is retried like any failed one, and /healthz
-		// tells when it keeps failing.
-		res.Message += "; the sync that applies it failed and is retried: " + err.Error()
-		klog.ErrorS(err, "Configuration reloaded, but the sync that applies it failed; retrying", "generation", res.Generation)
-	}
-	if len(s.FlagOverrides) > 0 {
-		// A flag on the command line beats the file, at start and on every reload alike.
-		res.Message += "; set by command-line flags, so not read from the file: " + strings.Join(s.FlagOverrides, ", ")
-	}
-	s.Proxy.Metrics().ConfigReloads.WithLabelValues(res.Result).Inc()
-	klog.InfoS("Configuration reloaded", "generation", res.Generation, "changed", live)
-	return res
 }
 
 // Status is a one-line summary for `systemctl status`.

@@ -43,7 +43,16 @@ func (d *reconfigDataplane) Reconfigure(cfg *config.KubeProxyConfiguration) erro
 type reloadBed struct {
 	s         *Server
 	dp, dp6   *reconfigDataplane
-	verbosity []int // every setVerbosity call
+	verbosity []int // every SetVerbosity call
+	applied   []config.LoggingConfiguration
+	applyErr  error
+}
+
+func (b *reloadBed) SetVerbosity(v int) error { b.verbosity = append(b.verbosity, v); return nil }
+
+func (b *reloadBed) Apply(c config.LoggingConfiguration) error {
+	b.applied = append(b.applied, c)
+	return b.applyErr
 }
 
 func newReloadBed(t *testing.T) *reloadBed {
@@ -64,7 +73,15 @@ func (b *reloadBed) reload(t *testing.T, next *config.KubeProxyConfiguration) co
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return b.s.Reload(ctx, next, nil, func(v int) error { b.verbosity = append(b.verbosity, v); return nil })
+	return b.reloadLoaded(ctx, next, nil, nil)
+}
+
+// reloadLoaded reloads with what Load returns: next, its warnings and a load error.
+func (b *reloadBed) reloadLoaded(ctx context.Context, next *config.KubeProxyConfiguration, warnings []*config.FieldError, loadErr error) config.ReloadResult {
+	b.s.Reloading = Reloading{Logs: b, Load: func() (*config.KubeProxyConfiguration, []*config.FieldError, error) {
+		return next, warnings, loadErr
+	}}
+	return b.s.Reload(ctx)
 }
 
 // changed returns a config with live changes only: masqueradeAll, sync periods and verbosity.
@@ -251,5 +268,50 @@ func TestServerRetriesABusyPort(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// TestReloadLoadsAndSetsLogging: Reload reads the configuration through Reloading.Load and puts the live
+// logging fields in force only when the reload is applied; a load error or a restart-only change keeps
+// the running configuration and leaves the logging alone; the load's warnings, and a logging setting
+// that could not be applied, are in an applied reload's message.
+func TestReloadLoadsAndSetsLogging(t *testing.T) {
+	b := newReloadBed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cur := b.s.Config()
+
+	res := b.reloadLoaded(ctx, nil, nil, errors.New("kube-proxy-config.yaml:3: mode: unknown"))
+	if res.Result != config.ReloadInvalid || !strings.Contains(res.Message, "mode: unknown") {
+		t.Errorf("a load error: Reload = %+v, want invalid naming it", res)
+	}
+	restart := changed()
+	restart.HostnameOverride = "elsewhere"
+	if res := b.reloadLoaded(ctx, restart, nil, nil); res.Result != config.ReloadRestartRequired {
+		t.Errorf("a restart-only change: Reload = %+v, want restart-required", res)
+	}
+	if b.s.Config() != cur || len(b.applied) != 0 || len(b.verbosity) != 0 {
+		t.Fatalf("refused reloads changed something: config kept %v, logging applied %d times, verbosity set %v",
+			b.s.Config() == cur, len(b.applied), b.verbosity)
+	}
+
+	next := changed()
+	next.Logging.FlushFrequency.Duration.Duration = 3 * time.Second
+	b.applyErr = errors.New("vmodule: bad pattern")
+	warn := &config.FieldError{Field: "featureGates.SomeGate", Msg: "is GA and always on"}
+	res = b.reloadLoaded(ctx, next, []*config.FieldError{warn}, nil)
+	if res.Result != config.ReloadApplied || b.s.Config() != next {
+		t.Fatalf("Reload = %+v, want applied with next in force", res)
+	}
+	for _, want := range []string{"except the logging settings: vmodule: bad pattern", "warnings: " + warn.Error()} {
+		if !strings.Contains(res.Message, want) {
+			t.Errorf("message %q lacks %q", res.Message, want)
+		}
+	}
+	if len(b.applied) != 1 || b.applied[0].FlushFrequency.Duration.Duration != 3*time.Second {
+		t.Errorf("logging applied %+v, want next's once", b.applied)
+	}
+	if len(b.verbosity) != 1 || b.verbosity[0] != int(next.Logging.Verbosity) {
+		t.Errorf("verbosity calls %v, want next's %d", b.verbosity, next.Logging.Verbosity)
 	}
 }
