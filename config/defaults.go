@@ -153,9 +153,7 @@ func (c *KubeProxyConfiguration) applyPlatformDefaults() {
 	if c.Mode == "" {
 		c.Mode = ModeIPTables
 	}
-	if c.Mode == ModeNFTables && len(c.NodePortAddresses) == 0 {
-		c.NodePortAddresses = []string{NodePortAddressesPrimary}
-	}
+	c.NodePortAddresses = c.EffectiveNodePortAddresses()
 }
 
 func defaultDuration(d *metav1.Duration, def time.Duration) {

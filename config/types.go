@@ -328,6 +328,33 @@ func (c *KubeProxyConfiguration) EffectiveMode() ProxyMode {
 	return c.Mode
 }
 
+// Masquerade returns the masqueradeAll and masqueradeBit the configured mode reads: nftables.* in mode
+// nftables, iptables.* in every other mode (as upstream), an unset bit being the default. A bit outside
+// 0..31, which Validate refuses, is an error naming its field.
+func (c *KubeProxyConfiguration) Masquerade() (all bool, bit int, err error) {
+	field, all, b := "iptables.masqueradeBit", c.IPTables.MasqueradeAll, c.IPTables.MasqueradeBit
+	if c.EffectiveMode() == ModeNFTables {
+		field, all, b = "nftables.masqueradeBit", c.NFTables.MasqueradeAll, c.NFTables.MasqueradeBit
+	}
+	if b == nil {
+		return all, DefaultMasqueradeBit, nil
+	}
+	if *b < 0 || *b > 31 {
+		return false, 0, fmt.Errorf("%s: %d is out of range; must be within [0, 31]", field, *b)
+	}
+	return all, int(*b), nil
+}
+
+// EffectiveNodePortAddresses returns nodePortAddresses with upstream's platform default applied: in mode
+// nftables an empty list means the node's primary IPs ("primary"), in the other modes every local address.
+// Load applies it already; a configuration built in code may not have it.
+func (c *KubeProxyConfiguration) EffectiveNodePortAddresses() []string {
+	if c.EffectiveMode() == ModeNFTables && len(c.NodePortAddresses) == 0 {
+		return []string{NodePortAddressesPrimary}
+	}
+	return c.NodePortAddresses
+}
+
 // SyncPeriods returns the sync period and minimum sync period of the
 // configured mode: ipvs.* in ipvs mode, nftables.* in nftables mode and
 // iptables.* otherwise (also for an empty mode, which means iptables, and for

@@ -40,25 +40,16 @@ type Settings struct {
 
 // SettingsFor derives the settings of one IP family from a validated configuration.
 func SettingsFor(c *config.KubeProxyConfiguration, family v1.IPFamily) (Settings, error) {
+	all, bit, err := c.Masquerade()
+	if err != nil {
+		return Settings{}, err
+	}
 	s := Settings{
 		Family:            family,
 		Mode:              c.Mode,
-		MasqueradeAll:     c.IPTables.MasqueradeAll,
-		MasqueradeBit:     config.DefaultMasqueradeBit,
-		NodePortAddresses: ParseNodePortAddresses(c.NodePortAddresses, family),
-	}
-	bit := c.IPTables.MasqueradeBit
-	if c.Mode == config.ModeNFTables {
-		s.MasqueradeAll, bit = c.NFTables.MasqueradeAll, c.NFTables.MasqueradeBit
-		if len(c.NodePortAddresses) == 0 {
-			s.NodePortAddresses.Primary = true
-		}
-	}
-	if bit != nil {
-		if *bit < 0 || *bit > 31 {
-			return Settings{}, fmt.Errorf("masqueradeBit %d is not within 0..31", *bit)
-		}
-		s.MasqueradeBit = int(*bit)
+		MasqueradeAll:     all,
+		MasqueradeBit:     bit,
+		NodePortAddresses: ParseNodePortAddresses(c.EffectiveNodePortAddresses(), family),
 	}
 	if c.IPTables.LocalhostNodePorts != nil {
 		s.LocalhostNodePorts = *c.IPTables.LocalhostNodePorts
