@@ -25,8 +25,8 @@ import (
 type modeSpec struct {
 	// build sets the mode up: one dataplane per IP family the node can program, primary family first.
 	build func(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error)
-	// writes is the kind of rules the mode writes (ruleKinds' name), which the other modes remove.
-	writes string
+	// writes is the kind of rules the mode writes, which the other modes remove.
+	writes *ruleKind
 }
 
 // modes is every mode this kube-proxy runs. rules.New, Cleanup and the removal of the other modes' rules
@@ -40,31 +40,27 @@ var modes = map[config.ProxyMode]modeSpec{
 
 // The kinds of rules the modes write. Modes iptables and ipvs share one: neither removes the other's
 // after its first sync (as upstream, which cleans up only between nftables and the other two).
-const (
-	xtablesRules   = "iptables, IPVS"
-	nftablesRules  = "nftables"
-	userspaceRules = "userspace"
+var (
+	xtablesRules   = &ruleKind{name: "iptables, IPVS", cleanup: cleanupXtables}
+	nftablesRules  = &ruleKind{name: "nftables", cleanup: nftables.Cleanup}
+	userspaceRules = &ruleKind{name: "userspace", cleanup: cleanupUserspace}
 )
 
 // ruleKind is a kind of rules and the cleanup that removes them from every backend and family.
 type ruleKind struct {
-	name    string
+	name    string // for the log
 	cleanup func(ctx context.Context) error
 }
 
 // ruleKinds lists the kinds of rules in the order Cleanup removes them.
-var ruleKinds = []ruleKind{
-	{xtablesRules, cleanupXtables},
-	{nftablesRules, nftables.Cleanup},
-	{userspaceRules, cleanupUserspace},
-}
+var ruleKinds = []*ruleKind{xtablesRules, nftablesRules, userspaceRules}
 
 // Mode is the configured mode, built for every IP family the node can program.
 type Mode struct {
 	// Dataplanes holds one dataplane per family, primary family first.
 	Dataplanes []proxy.FamilyDataplane
 	// others are the kinds of rules the other modes write.
-	others  []ruleKind
+	others  []*ruleKind
 	sockets Sockets
 }
 
@@ -94,10 +90,10 @@ func New(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName strin
 }
 
 // others returns the kinds of rules the mode does not write, which it removes once it is ready.
-func (s modeSpec) others() []ruleKind {
-	var out []ruleKind
+func (s modeSpec) others() []*ruleKind {
+	var out []*ruleKind
 	for _, k := range ruleKinds {
-		if k.name != s.writes {
+		if k != s.writes {
 			out = append(out, k)
 		}
 	}

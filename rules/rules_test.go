@@ -14,7 +14,7 @@ import (
 // TestModesRemoveTheOthers: every mode removes, once ready, the rules of the modes that write another kind
 // (upstream's rule between nftables and iptables/ipvs, and mode userspace's capture chains), never its own.
 func TestModesRemoveTheOthers(t *testing.T) {
-	want := map[config.ProxyMode][]string{
+	want := map[config.ProxyMode][]*ruleKind{
 		config.ModeIPTables:  {nftablesRules, userspaceRules},
 		config.ModeIPVS:      {nftablesRules, userspaceRules},
 		config.ModeNFTables:  {xtablesRules, userspaceRules},
@@ -29,12 +29,8 @@ func TestModesRemoveTheOthers(t *testing.T) {
 			t.Errorf("mode %s is not registered", mode)
 			continue
 		}
-		var got []string
-		for _, k := range spec.others() {
-			got = append(got, k.name)
-		}
-		if !slices.Equal(got, w) {
-			t.Errorf("mode %s removes %q, want %q", mode, got, w)
+		if got := spec.others(); !slices.Equal(got, w) {
+			t.Errorf("mode %s removes %s, want %s", mode, kindNames(got), kindNames(w))
 		}
 	}
 }
@@ -47,4 +43,12 @@ func TestNewRefusesUnknownModes(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `mode "kernelspace" is not supported`) {
 		t.Fatalf("New(kernelspace) = %v, want an error naming the mode", err)
 	}
+}
+
+func kindNames(kinds []*ruleKind) []string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.name
+	}
+	return names
 }
