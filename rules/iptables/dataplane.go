@@ -13,7 +13,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
-	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/internal/syncstate"
 	"kube-proxy/rules/nfacct"
 	"kube-proxy/rules/sysctl"
 )
@@ -30,9 +30,7 @@ type kernel interface {
 }
 
 // cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
-type cleaner interface {
-	Clean(snap *proxy.Snapshot) error
-}
+type cleaner = syncstate.Cleaner
 
 // accounting creates the nfacct counters the rules name (an *nfacct.Client).
 type accounting interface {
@@ -53,13 +51,14 @@ type Dataplane struct {
 	// so that one removal is counted once, whichever of them finds it.
 	checkMu sync.Mutex
 	// mu guards what Reconfigure changes and the canary watcher reads; Apply runs on the sync goroutine.
+	// state is taken after it (its lock is a leaf).
 	mu       sync.Mutex
 	cfg      Config
 	renderer *Renderer
-	needFull bool
+	// state: whether the next sync must be full, and the snapshot last applied successfully.
+	state syncstate.State
 
-	last     *proxy.Snapshot // last applied successfully
-	lastFull time.Time       // when the last full sync started
+	lastFull time.Time // when the last full sync started
 	// chunkLines is Config.ChunkLines as the writer chose it for its backend; reloads keep it.
 	chunkLines int
 	// routeLocalnet is set once route_localnet has been turned on for localhost NodePorts (never off
@@ -79,7 +78,7 @@ var _ proxy.Dataplane = (*Dataplane)(nil)
 func NewDataplane(cfg Config, k kernel, c cleaner, a accounting, m *Metrics) *Dataplane {
 	cfg.NFAcct = NFAcct{}
 	return &Dataplane{family: cfg.Family, kernel: k, cleaner: c, acct: a, metrics: m.forFamily(cfg.Family),
-		cfg: cfg, renderer: NewRenderer(cfg), needFull: true, chunkLines: cfg.ChunkLines}
+		cfg: cfg, renderer: NewRenderer(cfg), chunkLines: cfg.ChunkLines}
 }
 
 // Config returns the renderer configuration in force.
@@ -104,7 +103,8 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 		return nil
 	}
 	klog.InfoS("iptables rules configuration changed; next sync rewrites everything", "ipFamily", d.family)
-	d.cfg, d.renderer, d.needFull = cfg, NewRenderer(cfg), true
+	d.cfg, d.renderer = cfg, NewRenderer(cfg)
+	d.state.Reconfigured()
 	return nil
 }
 
@@ -133,10 +133,10 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	d.mu.Lock()
 	// After a successful sync, a full one (the periodic one, say) may get to rules removed behind our back
 	// before the watcher does: it must notice and count them just the same.
-	synced := d.last != nil && !d.needFull
-	renderer, cfg, last := d.renderer, d.cfg, d.last
-	d.needFull = true // until this sync succeeds
+	renderer, cfg := d.renderer, d.cfg
+	s := d.state.Begin()
 	d.mu.Unlock()
+	synced, last := !s.Full, s.Last
 	check := full && synced
 	if check && renderer.Large() && time.Since(d.lastFull) < fullSyncEvery {
 		// At scale a full rewrite costs the kernel tens of seconds. Like upstream, the periodic sync then
@@ -165,7 +165,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			cfg.NFAcct = nf
 			next := NewRenderer(cfg)
 			d.mu.Lock()
-			if d.renderer == renderer { // not reconfigured meanwhile (else the next sync is full again)
+			if d.state.Current(s) { // not reconfigured meanwhile (else the next sync is full again)
 				d.cfg, d.renderer = cfg, next
 			}
 			d.mu.Unlock()
@@ -200,23 +200,14 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	if full {
 		d.lastFull = start
 	}
-	d.mu.Lock()
-	d.last = snap
-	if d.renderer == renderer { // not reconfigured meanwhile
-		d.needFull = false
-	}
-	d.mu.Unlock()
+	d.state.Succeeded(s, snap)
 	for table, n := range res.Rules {
 		d.metrics.rulesLast.WithLabelValues(table).Set(float64(n))
 	}
 	for table, n := range res.RulesTotal {
 		d.metrics.rulesTotal.WithLabelValues(table).Set(float64(n))
 	}
-	if d.cleaner != nil && (res.Full || conntrack.Affected(changed)) {
-		if err := d.cleaner.Clean(snap); err != nil {
-			klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", d.family)
-		}
-	}
+	syncstate.CleanConntrack(d.cleaner, d.family, snap, res.Full, changed)
 	return nil
 }
 
@@ -309,14 +300,12 @@ func (d *Dataplane) Watch(ctx context.Context, interval time.Duration, sync func
 		}
 		d.checkMu.Lock()
 		d.mu.Lock()
-		synced := d.last != nil && !d.needFull
+		synced := d.state.Synced()
 		cfg := d.cfg
 		d.mu.Unlock()
 		removed := synced && d.noteRemoved(cfg) // not synced: a full sync is already due
 		if removed {
-			d.mu.Lock()
-			d.needFull = true
-			d.mu.Unlock()
+			d.state.MarkFull()
 		}
 		d.checkMu.Unlock()
 		if removed {

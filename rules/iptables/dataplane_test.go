@@ -37,6 +37,8 @@ type fakeKernel struct {
 	// counters are the nfacct counters created; failCounter makes creating the one of that name fail.
 	counters    []string
 	failCounter string
+	// onRestore, when set, runs at the start of every restore (a reload arriving mid-sync, say).
+	onRestore func()
 }
 
 func newFakeKernel() *fakeKernel {
@@ -58,6 +60,9 @@ func (f *fakeKernel) Ensure(name string) error {
 }
 
 func (f *fakeKernel) Restore(_ context.Context, payload []byte) error {
+	if f.onRestore != nil {
+		f.onRestore()
+	}
 	if f.failRestore != nil {
 		if f.failAfter == 0 {
 			return f.failRestore
@@ -382,6 +387,58 @@ func TestDataplaneReconfigure(t *testing.T) {
 	}
 	if !dp.Config().MasqueradeAll {
 		t.Fatal("a refused Reconfigure changed the config")
+	}
+}
+
+// TestDataplaneReconfiguredDuringSync: a reload that lands while a sync writes what it rendered from the
+// old configuration leaves the next sync full, so that the new configuration is written everywhere.
+func TestDataplaneReconfiguredDuringSync(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel()
+	dp, _ := newTestDataplane(t, k, v4Config())
+	w := newWorld(t)
+	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
+	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
+	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+		t.Fatal(err)
+	}
+	masqueraded := func() bool {
+		res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("10.244.5.5"), Dst: netip.MustParseAddr("10.96.0.10"),
+			Protocol: "tcp", DPort: 80, InIface: "veth5"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := res.Masquerade()
+		return m
+	}
+	c := config.Default()
+	c.ClusterCIDR = "10.244.0.0/16"
+	c.IPTables.MasqueradeAll = true
+	k.onRestore = func() {
+		k.onRestore = nil
+		if err := dp.Reconfigure(c); err != nil {
+			t.Error(err)
+		}
+	}
+	w.service("other", "10.96.0.11", 80, v1.ProtocolTCP) // something to write
+	if err := dp.Apply(ctx, w.snapshot(), false); err != nil {
+		t.Fatal(err)
+	}
+	if k.onRestore != nil {
+		t.Fatal("the partial sync wrote nothing")
+	}
+	if masqueraded() {
+		t.Fatal("the sync that began before the reload wrote the new configuration")
+	}
+	before := len(k.payloads)
+	if err := dp.Apply(ctx, w.snapshot(), false); err != nil {
+		t.Fatal(err)
+	}
+	if len(k.payloads) == before {
+		t.Fatal("the sync after the reload wrote nothing")
+	}
+	if !masqueraded() {
+		t.Fatal("masqueradeAll not in force after the sync that followed the reload")
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
-	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/internal/syncstate"
 )
 
 // Dataplane programs IPVS mode for one IP family: IPVS virtual and real servers, the addresses on
@@ -38,9 +38,9 @@ type Dataplane struct {
 	replan  bool
 	have    *model
 	en      env
-	// last is the last snapshot applied without error; needFull forces the next Apply to be full.
-	last     *proxy.Snapshot
-	needFull bool
+	// state: whether the next Apply must be full, and the last snapshot applied without error. Apply holds
+	// mu throughout, so no Reconfigure happens during a sync.
+	state syncstate.State
 	// rules is the iptables payload last restored.
 	rules []byte
 	// draining holds the TCP real servers removed from the plan that still had connections: weight 0 until
@@ -164,7 +164,8 @@ func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 		d.cfg = old
 		return err
 	}
-	d.needFull, d.replan = true, true
+	d.replan = true
+	d.state.Reconfigured()
 	return nil
 }
 
@@ -177,14 +178,14 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	start := time.Now()
 	d.phases.start()
 	before := d.writes.read()
-	full = full || d.needFull || d.last == nil || !d.last.Node.Equal(&snap.Node)
-	d.needFull = true
+	s := d.state.Begin()
+	full = full || s.Full || !s.Last.Node.Equal(&snap.Node)
 	var changed []proxy.ServicePortName
 	var err error
 	if full {
 		err = d.syncFull(ctx, snap)
 	} else {
-		changed = snap.Changes(d.last)
+		changed = snap.Changes(s.Last)
 		err = d.syncPartial(ctx, snap)
 	}
 	if err != nil {
@@ -192,13 +193,8 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			"elapsed", time.Since(start), "err", err)
 		return err
 	}
-	d.needFull = false
-	d.last = snap
-	if d.clean != nil && (full || conntrack.Affected(changed)) {
-		if err := d.clean.Clean(snap); err != nil {
-			klog.ErrorS(err, "Cleaning up stale conntrack entries failed", "ipFamily", d.family)
-		}
-	}
+	d.state.Succeeded(s, snap)
+	syncstate.CleanConntrack(d.clean, d.family, snap, full, changed)
 	klog.V(2).InfoS("Synced IPVS", "ipFamily", d.family, "full", full, "changed", len(changed),
 		"writes", d.writes.read().sub(before).String(),
 		"virtualServers", len(d.have.vs), "draining", len(d.draining), "elapsed", time.Since(start),

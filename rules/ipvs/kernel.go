@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/syncstate"
 	"kube-proxy/rules/sysctl"
 )
 
@@ -89,9 +89,7 @@ type rulesHandle interface {
 }
 
 // cleaner removes stale conntrack entries after a sync (rules/conntrack).
-type cleaner interface {
-	Clean(snap *proxy.Snapshot) error
-}
+type cleaner = syncstate.Cleaner
 
 // kernel bundles the handles of one dataplane.
 type kernel struct {

@@ -62,7 +62,7 @@ func newDataplane(ctx context.Context, cfg Config, k kernel, cl cleaner, m *Metr
 		f(&o)
 	}
 	d := &Dataplane{family: cfg.Family, clean: cl, opts: o, cfg: cfg, want: newDesired(), have: newModel(),
-		needFull: true, draining: map[vsKey]map[realKey]time.Time{}}
+		draining: map[vsKey]map[realKey]time.Time{}}
 	d.k = counted(k, &d.writes)
 	if m != nil {
 		d.restoreFailures = m.restoreFailures.WithLabelValues(string(cfg.Family))

@@ -52,8 +52,9 @@ func (d *Dataplane) addrsChanged() bool {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.last == nil {
+	last := d.state.Last()
+	if last == nil {
 		return false
 	}
-	return !slices.Equal(newEnv(&d.cfg, &d.last.Node, addrs).local, d.en.local)
+	return !slices.Equal(newEnv(&d.cfg, &last.Node, addrs).local, d.en.local)
 }

@@ -15,14 +15,12 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
-	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/internal/syncstate"
 	"kube-proxy/rules/userspace/engine"
 )
 
 // cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
-type cleaner interface {
-	Clean(snap *proxy.Snapshot) error
-}
+type cleaner = syncstate.Cleaner
 
 // staleAfter is how long a flushed per-Service chain waits before it is deleted, and so do the old rules
 // left behind inserted ones (plan.supersede) and the affinity sets only those name.
@@ -57,17 +55,18 @@ type Dataplane struct {
 	// staleFlushed tells the watcher that a sync left chains, rules or sets to delete staleAfter later.
 	staleFlushed chan struct{}
 
-	// mu guards what Reconfigure changes; Apply runs on the sync goroutine.
-	mu          sync.Mutex
-	cfg         Config
-	renderer    *renderer
-	needRebuild bool
+	// mu guards what Reconfigure changes; Apply runs on the sync goroutine. state is taken after it (its
+	// lock is a leaf).
+	mu       sync.Mutex
+	cfg      Config
+	renderer *renderer
 	// diffAll makes the next partial sync compare every Service port (after a reload).
 	diffAll bool
+	// state: whether the next sync must rebuild the table (its Full), and the snapshot last applied.
+	state syncstate.State
 
 	// Owned by the sync goroutine.
-	m    *mirror
-	last *proxy.Snapshot
+	m *mirror
 }
 
 var _ proxy.Dataplane = (*Dataplane)(nil)
@@ -77,7 +76,7 @@ func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	return &Dataplane{
 		family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
 		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now, staleFlushed: make(chan struct{}, 1),
-		cfg: cfg, renderer: newRenderer(cfg), needRebuild: true,
+		cfg: cfg, renderer: newRenderer(cfg),
 	}
 }
 
@@ -116,6 +115,7 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	}
 	klog.InfoS("nftables rules configuration changed; the next sync compares every Service", "ipFamily", d.family)
 	d.cfg, d.renderer, d.diffAll = cfg, newRenderer(cfg), true
+	d.state.ReconfiguredPartial()
 	return nil
 }
 
@@ -136,10 +136,10 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	d.applyMu.Lock()
 	defer d.applyMu.Unlock()
 	d.mu.Lock()
-	cfg, r := d.cfg, d.renderer
-	rebuild, diffAll := d.needRebuild || d.m == nil, d.diffAll
-	d.needRebuild = true // until this sync succeeds
+	cfg, r, diffAll := d.cfg, d.renderer, d.diffAll
+	s := d.state.Begin()
 	d.mu.Unlock()
+	rebuild := s.Full || d.m == nil
 	now := d.now()
 	in := d.inputs(snap, &cfg)
 
@@ -177,7 +177,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 		p, next = planRebuild(r, snap, &in, ks, d.chunk)
 	} else {
-		changed = snap.Changes(d.last)
+		changed = snap.Changes(s.Last)
 		p = planPartial(d.m, r, snap, changed, &in, diffAll)
 		next = d.m
 	}
@@ -201,23 +201,19 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	klog.V(4).InfoS("nftables sync done", "ipFamily", d.family, "rebuild", rebuild, "transactions", len(p.txs),
 		"chainsWritten", p.rewritten, "elapsed", time.Since(start))
 
-	d.m, d.last = next, snap
+	d.m = next
 	if d.localhost != nil {
 		// After the table: the TCP reject elements are gone before the listeners open, and back before
 		// they close.
 		d.localhost.sync(snap, cfg.LocalhostProxy)
 	}
 	d.mu.Lock()
-	if d.renderer == r { // not reconfigured meanwhile: every port now matches this renderer
-		d.needRebuild, d.diffAll = false, false
+	if d.state.Succeeded(s, snap) { // not reconfigured meanwhile: every port now matches this renderer
+		d.diffAll = false
 	}
 	d.mu.Unlock()
 	// Like modes iptables and ipvs, every full sync reconciles the conntrack table too.
-	if d.cleaner != nil && (full || rebuild || conntrack.Affected(changed)) {
-		if err := d.cleaner.Clean(snap); err != nil {
-			klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", d.family)
-		}
-	}
+	syncstate.CleanConntrack(d.cleaner, d.family, snap, full || rebuild, changed)
 	return nil
 }
 

@@ -190,18 +190,13 @@ func (d *Dataplane) Watch(ctx context.Context, _ time.Duration, sync func(full b
 func (d *Dataplane) tableDeleted(c *gnft.Conn) bool {
 	d.applyMu.Lock()
 	defer d.applyMu.Unlock()
-	d.mu.Lock()
-	synced := !d.needRebuild
-	d.mu.Unlock()
-	if !synced {
+	if !d.state.Synced() {
 		return false
 	}
 	if _, err := c.ListTableOfFamily(TableName, d.kernel.(*netlinkKernel).table().Family); err == nil || !isNotFound(err) {
 		return false
 	}
-	d.mu.Lock()
-	d.needRebuild = true
-	d.mu.Unlock()
+	d.state.MarkFull()
 	klog.InfoS("The nftables table was deleted behind our back; rewriting it", "ipFamily", d.family)
 	d.metrics.removedExternally.Inc()
 	return true

@@ -56,7 +56,7 @@ func TestTraceCasesAfterPartialSyncs(t *testing.T) {
 	}
 	final := tracecases.Snapshot()
 	var gone []proxy.ServicePortName
-	for name := range d.last.Services {
+	for name := range d.state.Last().Services {
 		if final.Services[name] == nil {
 			gone = append(gone, name)
 		}
@@ -65,7 +65,7 @@ func TestTraceCasesAfterPartialSyncs(t *testing.T) {
 	for _, sp := range final.Services {
 		ports = append(ports, sp)
 	}
-	next := derive(d.last, gone, ports...)
+	next := derive(d.state.Last(), gone, ports...)
 	next.Node, next.ServiceCIDRs = final.Node, final.ServiceCIDRs
 	apply(t, d, next, false)
 	apply(t, d, next, false)

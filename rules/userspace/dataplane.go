@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/syncstate"
 	"kube-proxy/rules/userspace/engine"
 )
 
@@ -37,10 +38,11 @@ type Dataplane struct {
 	engine  *engine.Engine
 	cleaner flowCleaner
 
-	mu       sync.Mutex
-	cfg      Config
-	cfgGen   int // increases with every SetConfig
-	needFull bool
+	// mu guards cfg; state is taken after it (its lock is a leaf).
+	mu  sync.Mutex
+	cfg Config
+	// state: whether the next sync must be full (after a failure or a SetConfig).
+	state syncstate.State
 	// udpPorts are the UDP listener ports the last successful sync pointed rules at.
 	udpPorts map[engine.Key]uint16
 	// written is the payload of the last successful write: a partial sync whose payload is the same (an
@@ -53,7 +55,7 @@ var _ proxy.Dataplane = (*Dataplane)(nil)
 // NewDataplane returns the dataplane of cfg.Family, writing rules through k and proxying with e. c may be
 // nil (no conntrack cleanup).
 func NewDataplane(cfg Config, k kernel, e *engine.Engine, c flowCleaner) *Dataplane {
-	return &Dataplane{family: cfg.Family, kernel: k, engine: e, cleaner: c, cfg: cfg, needFull: true}
+	return &Dataplane{family: cfg.Family, kernel: k, engine: e, cleaner: c, cfg: cfg}
 }
 
 // Engine returns the proxy engine.
@@ -63,8 +65,8 @@ func (d *Dataplane) Engine() *engine.Engine { return d.engine }
 func (d *Dataplane) SetConfig(cfg Config) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.cfg, d.needFull = cfg, true
-	d.cfgGen++
+	d.cfg = cfg
+	d.state.Reconfigured()
 }
 
 // Apply opens the listeners snap needs and updates their endpoints, rewrites the capture chains to point at
@@ -72,10 +74,10 @@ func (d *Dataplane) SetConfig(cfg Config) {
 // the listeners they point at; the next sync is full.
 func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
 	d.mu.Lock()
-	cfg, gen := d.cfg, d.cfgGen
-	full = full || d.needFull
-	d.needFull = true
+	cfg := d.cfg
+	s := d.state.Begin()
 	d.mu.Unlock()
+	full = full || s.Full
 
 	start := time.Now()
 	targets := Targets(snap)
@@ -113,11 +115,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 		}
 	}
 	d.cleanFlows(snap, ports)
-	d.mu.Lock()
-	if d.cfgGen == gen {
-		d.needFull = false
-	}
-	d.mu.Unlock()
+	d.state.Succeeded(s, snap)
 	klog.V(2).InfoS("Userspace proxy synced", "ipFamily", d.family, "listeners", len(ports), "full", full, "rulesWritten", wrote, "elapsed", time.Since(start))
 	if len(errs) > 0 {
 		klog.ErrorS(fmt.Errorf("%v", errs), "Some Service ports could not get a listener; they are rejected", "ipFamily", d.family)
