@@ -3,7 +3,9 @@ package inspect
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -13,6 +15,7 @@ import (
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
+	"kube-proxy/rules/userspace"
 	"kube-proxy/rules/xtables"
 )
 
@@ -26,6 +29,9 @@ type modeInspector struct {
 	diff func(ctx context.Context, env *Env, want *Desired, live *Live, rep *DiffReport) error
 	// prereqs checks what the mode needs from the kernel and tools (doctor).
 	prereqs func(cfg *config.KubeProxyConfiguration) []Finding
+	// explainStop says why pkt was stopped (verdict DROP or REJECT) by the last rule it met, in table's
+	// chain, when the mode knows that chain as its own and why it stops packets; "" otherwise (trace).
+	explainStop func(table, chain, verdict string, pkt Packet) string
 }
 
 // inspectors is every mode inspect knows, keyed as rules' registry of the modes it builds. It lives here
@@ -34,9 +40,9 @@ type modeInspector struct {
 // package names a mode.
 var inspectors = map[config.ProxyMode]modeInspector{
 	config.ModeIPTables:  {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs},
-	config.ModeIPVS:      {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs},
+	config.ModeIPVS:      {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
 	config.ModeNFTables:  {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs},
-	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs},
+	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: explainUserspace},
 }
 
 // prereqsFor returns the prerequisite checks doctor runs for a configured mode. An empty mode (the
@@ -46,6 +52,27 @@ func prereqsFor(mode config.ProxyMode) func(cfg *config.KubeProxyConfiguration) 
 		return ins.prereqs
 	}
 	return inspectors[config.ModeIPTables].prereqs
+}
+
+// explainStopByMode asks every mode, in the order of their names, why pkt was stopped in table's chain;
+// the first answer ("" for none) wins. The modes' own chains do not overlap, so at most one answers.
+func explainStopByMode(table, chain, verdict string, pkt Packet) string {
+	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
+		if explain := inspectors[m].explainStop; explain != nil {
+			if why := explain(table, chain, verdict, pkt); why != "" {
+				return why
+			}
+		}
+	}
+	return ""
+}
+
+func explainUserspace(table, chain, verdict string, _ Packet) string {
+	return userspace.ExplainStop(table, chain, verdict)
+}
+
+func explainIPVS(table, chain, verdict string, pkt Packet) string {
+	return ipvs.ExplainStop(table, chain, verdict, pkt.Dst, pkt.Protocol, pkt.Port)
 }
 
 func renderIPTablesMode(d *Desired, cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot, _ []netip.Addr, counters iptables.NFAcct) error {

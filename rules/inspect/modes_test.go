@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
 	"kube-proxy/rules"
+	"kube-proxy/rules/internal/traceresult"
 	"kube-proxy/rules/iptables"
 )
 
@@ -57,6 +59,26 @@ func TestRenderDesiredRefuses(t *testing.T) {
 		cfg.Mode = mode
 		if _, err := RenderDesired(cfg, []*proxy.Snapshot{snap}, nil, iptables.NFAcct{}); err == nil || err.Error() != want {
 			t.Errorf("mode %s: error %v, want %q", mode, err, want)
+		}
+	}
+}
+
+// TestReasonFromModes: trace's reasons for the modes' own filters come from the modes, word for word as
+// before they moved there.
+func TestReasonFromModes(t *testing.T) {
+	pkt := Packet{Src: netip.MustParseAddr("203.0.113.1"), Dst: netip.MustParseAddr("10.96.0.10"), Protocol: "tcp", Port: 81, In: "eth0"}
+	for _, tt := range []struct{ verdict, last, want string }{
+		{"REJECT", "filter/KUBE-IPVS-FILTER: -A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT",
+			"10.96.0.10 is a Service address on kube-ipvs0, but no Service serves tcp port 81 on it (mode ipvs' KUBE-IPVS-FILTER rejects it)"},
+		{"REJECT", `filter/KUBE-PORTALS-FILTER: -A KUBE-PORTALS-FILTER -d 10.96.0.10/32 -p tcp -m comment --comment "ns/web:http" -m tcp --dport 81 -j REJECT`,
+			`the Service has no ready endpoints (mode userspace rejects it before it reaches the proxy) (rule comment: "ns/web:http")`},
+		{"DROP", `filter/KUBE-PORTALS-FILTER: -A KUBE-PORTALS-FILTER -d 10.96.0.10/32 -p tcp -m tcp --dport 81 -j DROP`,
+			"mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"},
+		{"DROP", "filter/KUBE-FORWARD: -A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP", "conntrack considers the packet INVALID"},
+	} {
+		o := traceresult.Outcome{Verdict: tt.verdict, Rules: []string{"nat/PREROUTING: -A PREROUTING -j KUBE-SERVICES", tt.last}}
+		if got := reason(o, pkt); got != tt.want {
+			t.Errorf("reason(%s) = %q, want %q", tt.last, got, tt.want)
 		}
 	}
 }

@@ -222,12 +222,11 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	}
 	c := comment(last)
 	lower := strings.ToLower(last)
-	why := ""
+	where, _, _ := strings.Cut(last, ":")
+	table, chain, _ := strings.Cut(where, "/")
+	why := explainStopByMode(table, chain, o.Verdict, pkt)
 	switch {
-	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:") && o.Verdict == "REJECT":
-		why = "the Service has no ready endpoints (mode userspace rejects it before it reaches the proxy)"
-	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:"):
-		why = "mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"
+	case why != "":
 	case strings.Contains(c, "has no local endpoints"):
 		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
 	case strings.Contains(c, "has no endpoints") || strings.HasPrefix(last, "reject-chain:"):
@@ -237,8 +236,6 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	case strings.Contains(c, "will be dropped by KUBE-PROXY-FIREWALL") || strings.Contains(c, "traffic not accepted by") ||
 		strings.Contains(lower, "firewall") && !strings.Contains(lower, "cluster-ips"):
 		why = "the source address is not in the Service's loadBalancerSourceRanges"
-	case strings.HasPrefix(last, "filter/KUBE-IPVS-FILTER:") && o.Verdict == "REJECT":
-		why = fmt.Sprintf("%s is a Service address on kube-ipvs0, but no Service serves %s port %d on it (mode ipvs' KUBE-IPVS-FILTER rejects it)", pkt.Dst, pkt.Protocol, pkt.Port)
 	case strings.HasPrefix(last, "cluster-ips-check:") && o.Verdict == "DROP":
 		why = fmt.Sprintf("%s is inside the cluster's ServiceCIDRs but no Service has it", pkt.Dst)
 	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
