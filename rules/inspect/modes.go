@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -32,6 +33,9 @@ type modeInspector struct {
 	// explainStop says why pkt was stopped (verdict DROP or REJECT) by the last rule it met, in table's
 	// chain, when the mode knows that chain as its own and why it stops packets; "" otherwise (trace).
 	explainStop func(table, chain, verdict string, pkt Packet) string
+	// serviceOf names the Service port a rule the tracer walked ("table/chain: rule" or "chain: rule")
+	// belongs to, when the mode writes that into the rule's comment or chain name; "" otherwise.
+	serviceOf func(rule string) string
 }
 
 // inspectors is every mode inspect knows, keyed as rules' registry of the modes it builds. It lives here
@@ -39,9 +43,9 @@ type modeInspector struct {
 // Finding): rules cannot import inspect, and inspect needs nothing else of rules. Nothing else in this
 // package names a mode.
 var inspectors = map[config.ProxyMode]modeInspector{
-	config.ModeIPTables:  {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs},
+	config.ModeIPTables:  {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs, serviceOf: serviceOfIPTables},
 	config.ModeIPVS:      {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
-	config.ModeNFTables:  {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs},
+	config.ModeNFTables:  {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs, serviceOf: serviceOfNFTables},
 	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: explainUserspace},
 }
 
@@ -73,6 +77,27 @@ func explainUserspace(table, chain, verdict string, _ Packet) string {
 
 func explainIPVS(table, chain, verdict string, pkt Packet) string {
 	return ipvs.ExplainStop(table, chain, verdict, pkt.Dst, pkt.Protocol, pkt.Port)
+}
+
+// serviceOfByMode asks every mode, in the order of their names, which Service port rule belongs to; the
+// first answer ("" for none) wins. Mode iptables reads comments, mode nftables chain names, in this
+// order.
+func serviceOfByMode(rule string) string {
+	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
+		if serviceOf := inspectors[m].serviceOf; serviceOf != nil {
+			if svc := serviceOf(rule); svc != "" {
+				return svc
+			}
+		}
+	}
+	return ""
+}
+
+func serviceOfIPTables(rule string) string { return iptables.ServiceOfComment(comment(rule)) }
+
+func serviceOfNFTables(rule string) string {
+	chain, _, _ := strings.Cut(rule, ":")
+	return nftables.ServiceOfChain(chain)
 }
 
 func renderIPTablesMode(d *Desired, cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot, _ []netip.Addr, counters iptables.NFAcct) error {

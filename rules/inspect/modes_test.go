@@ -82,3 +82,26 @@ func TestReasonFromModes(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceOf: the Service a walk went through is read from mode iptables' comments and mode nftables'
+// chain names, the last rule that names one first.
+func TestServiceOf(t *testing.T) {
+	for _, tt := range []struct {
+		rules []string
+		want  string
+	}{
+		{[]string{`nat/KUBE-SERVICES: -A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m comment --comment "ns/web:http cluster IP" -m tcp --dport 80 -j KUBE-SVC-ABC`,
+			"nat/KUBE-SVC-ABC: -A KUBE-SVC-ABC -j KUBE-SEP-DEF"}, "ns/web:http"},
+		{[]string{`nat/KUBE-SERVICES: -A KUBE-SERVICES -m comment --comment "ns/a cluster IP" -j KUBE-SVC-A`,
+			`nat/KUBE-SEP-B: -A KUBE-SEP-B -m comment --comment ns/b -j DNAT --to-destination 10.0.0.1:80`}, "ns/b"},
+		{[]string{"services: ip daddr . meta l4proto . th dport vmap @service-ips",
+			"service-ABCDEFGH-ns/web/tcp/http: numgen random mod 1 vmap { 0 : goto endpoint-X }"}, "ns/web:http"},
+		{[]string{"external-ABCDEFGH-ns/dns/udp/: jump mark-for-masquerade"}, "ns/dns"},
+		{[]string{`filter/KUBE-FORWARD: -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -j ACCEPT`}, ""},
+		{nil, ""},
+	} {
+		if got := serviceOf(tt.rules); got != tt.want {
+			t.Errorf("serviceOf(%q) = %q, want %q", tt.rules, got, tt.want)
+		}
+	}
+}

@@ -310,26 +310,12 @@ func ipvsServer(path []string) string {
 	return ""
 }
 
-var svcCommentRE = regexp.MustCompile(`^([a-z0-9.-]+/[a-z0-9.-]+(?::[a-z0-9-]+)?)`)
-
-// serviceOf names the Service whose rules the packet went through, from the rules' comments.
+// serviceOf names the Service whose rules the packet went through, asking the modes that name it in
+// their rules (comments, chain names), last rule first.
 func serviceOf(rules []string) string {
 	for i := len(rules) - 1; i >= 0; i-- {
-		if m := svcCommentRE.FindStringSubmatch(comment(rules[i])); m != nil {
-			return m[1]
-		}
-		// nftables chains carry the Service: "service-HASH-ns/name/tcp/port: ...".
-		chain, _, _ := strings.Cut(rules[i], ":")
-		for _, prefix := range []string{"service-", "endpoint-", "external-"} {
-			if rest, ok := strings.CutPrefix(chain, prefix); ok {
-				if _, name, ok := strings.Cut(rest, "-"); ok && strings.Count(name, "/") >= 3 {
-					parts := strings.SplitN(name, "/", 4)
-					if parts[3] == "" {
-						return parts[0] + "/" + parts[1]
-					}
-					return parts[0] + "/" + parts[1] + ":" + parts[3]
-				}
-			}
+		if svc := serviceOfByMode(rules[i]); svc != "" {
+			return svc
 		}
 	}
 	return ""
