@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/internal/traceresult"
+	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/nftables/nftrace"
 )
@@ -327,8 +328,7 @@ func nearestXT(x *XTables, pkt Packet) []string {
 	for _, chain := range x.Tables.Chains("nat") {
 		for _, r := range x.Tables.Rules("nat", chain) {
 			c := comment(r)
-			if c == "" || !(strings.HasSuffix(c, " cluster IP") || strings.HasSuffix(c, " external IP") ||
-				strings.HasSuffix(c, " loadbalancer IP") || strings.Contains(c, "nodeport")) {
+			if c == "" || !iptables.DestinationComment(c) {
 				continue
 			}
 			words, err := splitWords(r)
