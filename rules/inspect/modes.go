@@ -21,7 +21,8 @@ import (
 )
 
 // modeInspector is what inspect knows of one mode: how to render what it writes, how to compare that
-// with the live node, and what it needs from the kernel and tools.
+// with the live node, what it needs from the kernel and tools, and (from the mode's package) what its own
+// rules mean to trace.
 type modeInspector struct {
 	// render adds to d what the mode writes for one family's snapshot into an empty node whose addresses
 	// are addrs and whose nfacct counters are counters.
@@ -41,7 +42,7 @@ type modeInspector struct {
 // inspectors is every mode inspect knows, keyed as rules' registry of the modes it builds. It lives here
 // rather than in package rules because it is written against inspect's own models (Desired, Live,
 // Finding): rules cannot import inspect, and inspect needs nothing else of rules. Nothing else in this
-// package names a mode.
+// package switches on a mode.
 var inspectors = map[config.ProxyMode]modeInspector{
 	config.ModeIPTables:  {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs, serviceOf: serviceOfIPTables},
 	config.ModeIPVS:      {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
@@ -58,17 +59,25 @@ func prereqsFor(mode config.ProxyMode) func(cfg *config.KubeProxyConfiguration) 
 	return inspectors[config.ModeIPTables].prereqs
 }
 
-// explainStopByMode asks every mode, in the order of their names, why pkt was stopped in table's chain;
-// the first answer ("" for none) wins. The modes' own chains do not overlap, so at most one answers.
-func explainStopByMode(table, chain, verdict string, pkt Packet) string {
+// askModes asks every mode's inspector, in the order of the modes' names, until one answers (not "").
+func askModes(ask func(modeInspector) string) string {
 	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
-		if explain := inspectors[m].explainStop; explain != nil {
-			if why := explain(table, chain, verdict, pkt); why != "" {
-				return why
-			}
+		if answer := ask(inspectors[m]); answer != "" {
+			return answer
 		}
 	}
 	return ""
+}
+
+// explainStopByMode asks the modes why pkt was stopped in table's chain. The modes' own chains do not
+// overlap, so at most one answers.
+func explainStopByMode(table, chain, verdict string, pkt Packet) string {
+	return askModes(func(ins modeInspector) string {
+		if ins.explainStop == nil {
+			return ""
+		}
+		return ins.explainStop(table, chain, verdict, pkt)
+	})
 }
 
 func explainUserspace(table, chain, verdict string, _ Packet) string {
@@ -79,18 +88,15 @@ func explainIPVS(table, chain, verdict string, pkt Packet) string {
 	return ipvs.ExplainStop(table, chain, verdict, pkt.Dst, pkt.Protocol, pkt.Port)
 }
 
-// serviceOfByMode asks every mode, in the order of their names, which Service port rule belongs to; the
-// first answer ("" for none) wins. Mode iptables reads comments, mode nftables chain names, in this
-// order.
+// serviceOfByMode asks the modes which Service port rule belongs to: mode iptables reads comments, mode
+// nftables chain names, in this order (their names').
 func serviceOfByMode(rule string) string {
-	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
-		if serviceOf := inspectors[m].serviceOf; serviceOf != nil {
-			if svc := serviceOf(rule); svc != "" {
-				return svc
-			}
+	return askModes(func(ins modeInspector) string {
+		if ins.serviceOf == nil {
+			return ""
 		}
-	}
-	return ""
+		return ins.serviceOf(rule)
+	})
 }
 
 func serviceOfIPTables(rule string) string { return iptables.ServiceOfComment(comment(rule)) }
