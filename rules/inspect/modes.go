@@ -37,6 +37,10 @@ type modeInspector struct {
 	// serviceOf names the Service port a rule the tracer walked ("table/chain: rule" or "chain: rule")
 	// belongs to, when the mode writes that into the rule's comment or chain name; "" otherwise.
 	serviceOf func(rule string) string
+	// affinityHit reports whether a walked rule found the client in the mode's session affinity state.
+	affinityHit func(rule string) bool
+	// redirects reports whether a walked rule redirects the packet to a proxy on the node itself.
+	redirects func(rule string) bool
 }
 
 // inspectors is every mode inspect knows, keyed as rules' registry of the modes it builds. It lives here
@@ -44,10 +48,13 @@ type modeInspector struct {
 // Finding): rules cannot import inspect, and inspect needs nothing else of rules. Nothing else in this
 // package switches on a mode.
 var inspectors = map[config.ProxyMode]modeInspector{
-	config.ModeIPTables:  {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs, serviceOf: serviceOfIPTables},
-	config.ModeIPVS:      {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
-	config.ModeNFTables:  {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs, serviceOf: serviceOfNFTables},
-	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: explainUserspace},
+	config.ModeIPTables: {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs,
+		serviceOf: serviceOfIPTables, affinityHit: iptables.AffinityHit},
+	config.ModeIPVS: {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
+	config.ModeNFTables: {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs,
+		serviceOf: serviceOfNFTables, affinityHit: nftables.AffinityHit},
+	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: explainUserspace,
+		redirects: userspace.RedirectsToProxy},
 }
 
 // prereqsFor returns the prerequisite checks doctor runs for a configured mode. An empty mode (the
@@ -59,14 +66,16 @@ func prereqsFor(mode config.ProxyMode) func(cfg *config.KubeProxyConfiguration) 
 	return inspectors[config.ModeIPTables].prereqs
 }
 
-// askModes asks every mode's inspector, in the order of the modes' names, until one answers (not "").
-func askModes(ask func(modeInspector) string) string {
+// askModes asks every mode's inspector, in the order of the modes' names, until one answers (not the
+// zero value), and returns that answer.
+func askModes[T comparable](ask func(modeInspector) T) T {
+	var none T
 	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
-		if answer := ask(inspectors[m]); answer != "" {
+		if answer := ask(inspectors[m]); answer != none {
 			return answer
 		}
 	}
-	return ""
+	return none
 }
 
 // explainStopByMode asks the modes why pkt was stopped in table's chain. The modes' own chains do not
@@ -97,6 +106,16 @@ func serviceOfByMode(rule string) string {
 		}
 		return ins.serviceOf(rule)
 	})
+}
+
+// affinityHitByMode reports whether some mode sees, in rule, a client found in its session affinity state.
+func affinityHitByMode(rule string) bool {
+	return askModes(func(ins modeInspector) bool { return ins.affinityHit != nil && ins.affinityHit(rule) })
+}
+
+// redirectsByMode reports whether some mode sees, in rule, a redirect to a proxy on the node itself.
+func redirectsByMode(rule string) bool {
+	return askModes(func(ins modeInspector) bool { return ins.redirects != nil && ins.redirects(rule) })
 }
 
 func serviceOfIPTables(rule string) string { return iptables.ServiceOfComment(comment(rule)) }

@@ -105,3 +105,29 @@ func TestServiceOf(t *testing.T) {
 		}
 	}
 }
+
+// TestStickyAndRedirected: affinity hits and redirects to the node's proxy are recognised in the rules of
+// the modes that write them.
+func TestStickyAndRedirected(t *testing.T) {
+	ipt := "nat/KUBE-SVC-ABC: -A KUBE-SVC-ABC -m recent --name KUBE-SEP-DEF --rcheck --seconds 10800 --reap -j KUBE-SEP-DEF"
+	nft := "service-ABCDEFGH-ns/web/tcp/http: ip saddr @affinity-ABCDEFGH-ns/web/tcp/http__10.0.0.1/80 goto endpoint-ABCDEFGH-ns/web/tcp/http__10.0.0.1/80"
+	set := "nat/KUBE-SEP-DEF: -A KUBE-SEP-DEF -m recent --name KUBE-SEP-DEF --set -m tcp -p tcp -j DNAT --to-destination 10.0.0.1:80"
+	redirect := "nat/KUBE-PORTALS-CONTAINER: -A KUBE-PORTALS-CONTAINER -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 30001"
+	for _, tt := range []struct {
+		rules            []string
+		sticky, redirect bool
+	}{
+		{[]string{ipt, set}, true, false},
+		{[]string{nft}, true, false},
+		{[]string{set}, false, false},
+		{[]string{redirect}, false, true},
+	} {
+		o := traceresult.Outcome{Verdict: "ACCEPT", Endpoint: "10.0.0.1:80", Rules: tt.rules}
+		if got := sticky(tt.rules); got != tt.sticky {
+			t.Errorf("sticky(%q) = %v", tt.rules, got)
+		}
+		if got := redirected(o); got != tt.redirect {
+			t.Errorf("redirected(%q) = %v", tt.rules, got)
+		}
+	}
+}

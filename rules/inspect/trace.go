@@ -260,12 +260,7 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 // sticky reports whether the walk followed a client's session affinity: a recent list (iptables) or an
 // affinity set (nftables) that already held the source.
 func sticky(rules []string) bool {
-	for _, r := range rules {
-		if strings.Contains(r, "--rcheck") || strings.Contains(r, "saddr @affinity-") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(rules, affinityHitByMode)
 }
 
 // redirected reports whether an outcome ends in a REDIRECT to the node itself.
@@ -273,12 +268,7 @@ func redirected(o traceresult.Outcome) bool {
 	if o.Verdict != "ACCEPT" || o.Endpoint == "" {
 		return false
 	}
-	for _, r := range o.Rules {
-		if strings.Contains(r, "-j REDIRECT") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(o.Rules, redirectsByMode)
 }
 
 // listening reports whether a socket listens on port (TCP) or is bound to it (UDP), in either family, as

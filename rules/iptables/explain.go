@@ -41,3 +41,7 @@ func DestinationComment(comment string) bool {
 	return strings.HasSuffix(comment, commentClusterIP) || strings.HasSuffix(comment, commentExternalIP) ||
 		strings.HasSuffix(comment, commentLoadBalancerIP) || strings.Contains(comment, "nodeport")
 }
+
+// AffinityHit reports whether rule (as iptables-save prints it) is a session affinity check of a
+// Service's chain: its recent list's --rcheck, which matches a client sent to that endpoint before.
+func AffinityHit(rule string) bool { return strings.Contains(rule, "--rcheck") }

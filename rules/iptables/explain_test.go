@@ -72,3 +72,34 @@ func TestDestinationComments(t *testing.T) {
 		t.Errorf("found the rules of %v; want the three addresses', the node ports' jump and the endpoint's", seen)
 	}
 }
+
+// TestAffinityHit: of a Service's rules with session affinity, the KUBE-SVC chain's checks of the
+// endpoints' recent lists are affinity hits, and the KUBE-SEP chain's recording of the client is not.
+func TestAffinityHit(t *testing.T) {
+	snap := proxytest.Snapshot(v1.IPv4Protocol, v4Node("10.0.0.1"),
+		proxytest.Port("default/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, proxytest.Affinity(10800),
+			proxytest.Endpoints("10.244.1.2:8080", "10.244.1.3:8080")))
+	payload := string(mustRender(t, NewRenderer(testConfig(v1.IPv4Protocol, clusterCIDR("10.244.0.0/16"))), snap, nil, true))
+	hits, recorded := 0, 0
+	for _, line := range strings.Split(payload, "\n") {
+		switch {
+		case !strings.Contains(line, "-m recent"):
+			if AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) without a recent list", line)
+			}
+		case strings.HasPrefix(line, "-A "+PrefixService):
+			hits++
+			if !AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) = false", line)
+			}
+		case strings.HasPrefix(line, "-A "+PrefixEndpoint):
+			recorded++
+			if AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) = true for recording the client", line)
+			}
+		}
+	}
+	if hits != 2 || recorded != 2 {
+		t.Errorf("%d affinity checks and %d recordings, want 2 and 2", hits, recorded)
+	}
+}

@@ -22,3 +22,7 @@ func ServiceOfChain(chain string) string {
 	}
 	return ""
 }
+
+// AffinityHit reports whether rule (as nft lists it) is a session affinity check of a Service's chain:
+// a match of the source address in an endpoint's affinity set, which holds the clients sent there before.
+func AffinityHit(rule string) bool { return strings.Contains(rule, "saddr @"+prefixAffinity) }

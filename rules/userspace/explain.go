@@ -20,3 +20,7 @@ func ExplainStop(table, chain, verdict string) string {
 	}
 	return "mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"
 }
+
+// RedirectsToProxy reports whether rule (as iptables-save prints it) redirects the packet to the node
+// itself: the portal and NodePort chains' REDIRECT to the proxy's listener.
+func RedirectsToProxy(rule string) bool { return strings.Contains(rule, "-j REDIRECT") }
