@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,12 @@ var modes = map[config.ProxyMode]modeSpec{
 	config.ModeIPVS:      {build: newIPVS, writes: xtablesRules},
 	config.ModeNFTables:  {build: newNFTables, writes: nftablesRules},
 	config.ModeUserspace: {build: newUserspace, writes: userspaceRules},
+}
+
+// Modes lists the modes this kube-proxy runs, sorted by name: the keys of its registry, for the other
+// per-mode tables (rules/inspect's) to check themselves against.
+func Modes() []config.ProxyMode {
+	return slices.Sorted(maps.Keys(modes))
 }
 
 // The kinds of rules the modes write. Modes iptables and ipvs share one: neither removes the other's

@@ -12,7 +12,6 @@ import (
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
-	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 )
 
@@ -34,50 +33,13 @@ type Desired struct {
 func RenderDesired(cfg *config.KubeProxyConfiguration, snaps []*proxy.Snapshot, addrs []netip.Addr, counters iptables.NFAcct) (*Desired, error) {
 	d := &Desired{Mode: cfg.EffectiveMode(), XT: map[v1.IPFamily]*iptrace.Tables{}, NFT: nftrace.New(), NFTText: map[v1.IPFamily]string{},
 		IPVS: map[v1.IPFamily]*ipvs.Desired{}}
+	ins, known := inspectors[d.Mode]
 	for _, snap := range snaps {
-		switch d.Mode {
-		case config.ModeIPTables:
-			ts, err := renderIPTables(cfg, snap, counters)
-			if err != nil {
-				return nil, err
-			}
-			d.XT[snap.Family] = ts
-		case config.ModeNFTables:
-			ncfg, err := nftables.ConfigFrom(cfg, snap.Family)
-			if err != nil {
-				return nil, err
-			}
-			text, err := nftables.Desired(ncfg, snap, addrs)
-			if err != nil {
-				return nil, err
-			}
-			if err := d.NFT.Load(text); err != nil {
-				return nil, fmt.Errorf("loading the rendered %s table: %w", snap.Family, err)
-			}
-			d.NFTText[snap.Family] = text
-		case config.ModeIPVS:
-			icfg, err := ipvs.NewConfig(cfg, snap.Family)
-			if err != nil {
-				return nil, err
-			}
-			want := ipvs.RenderDesired(icfg, snap, addrs)
-			ts := iptrace.New(snap.Family == v1.IPv6Protocol)
-			for _, set := range want.Sets {
-				if err := ts.SetIPSet(set.Name, set.Type, set.Members...); err != nil {
-					return nil, err
-				}
-			}
-			if err := ts.Restore(want.Rules, iptrace.RestoreOptions{NoFlush: true}); err != nil {
-				return nil, fmt.Errorf("loading the rendered %s rules: %w", snap.Family, err)
-			}
-			if err := ts.Restore(want.Jumps, iptrace.RestoreOptions{NoFlush: true}); err != nil {
-				return nil, fmt.Errorf("loading the rendered %s jumps: %w", snap.Family, err)
-			}
-			d.XT[snap.Family], d.IPVS[snap.Family] = ts, want
-		case config.ModeUserspace:
-			return nil, fmt.Errorf("diff cannot render mode userspace: its rules name the listener ports the running daemon chose; `kube-proxy trace` checks them")
-		default:
+		if !known {
 			return nil, fmt.Errorf("diff does not render mode %s", d.Mode)
+		}
+		if err := ins.render(d, cfg, snap, addrs, counters); err != nil {
+			return nil, err
 		}
 	}
 	return d, nil

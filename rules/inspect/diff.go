@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables/nftrace"
@@ -148,8 +149,8 @@ func multisetDiff(want, have []string) (missing, extra []string) {
 // chainService names the Service port a chain's rules belong to, from their comments.
 func chainService(rules []string) string {
 	for _, r := range rules {
-		if m := svcCommentRE.FindStringSubmatch(comment(r)); m != nil {
-			return m[1]
+		if svc := iptables.ServiceOfComment(comment(r)); svc != "" {
+			return svc
 		}
 	}
 	return ""
@@ -256,9 +257,7 @@ func named(sets []string) []string {
 }
 
 // nftService names the Service port of a per-Service chain or set ("service-HASH-ns/name/tcp/port").
-func nftService(name string) string {
-	return serviceOf([]string{name + ":"})
-}
+func nftService(name string) string { return serviceOfNFTables(name + ":") }
 
 // elementService names the Service port an element points to (its goto target or its comment).
 func elementService(e string) string {

@@ -7,12 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"kube-proxy/config"
 	"kube-proxy/proxy"
-	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
-	"kube-proxy/rules/nftables"
-	"kube-proxy/rules/xtables"
 )
 
 // DiffReport is diff's result, as --json prints it.
@@ -40,55 +36,10 @@ func runDiff(ctx context.Context, env *Env, out *printer, stderr io.Writer) int 
 		return exitUsage
 	}
 	rep := &DiffReport{Mode: string(want.Mode), Notes: live.Problems}
-	switch want.Mode {
-	case config.ModeIPTables, config.ModeIPVS:
-		backend, why, err := xtables.Detect(ctx)
-		if err != nil {
+	if diff := inspectors[want.Mode].diff; diff != nil {
+		if err := diff(ctx, env, want, live, rep); err != nil {
 			fmt.Fprintln(stderr, "kube-proxy diff:", err)
 			return exitFinding
-		}
-		rep.Notes = append(rep.Notes, fmt.Sprintf("compared with the %s backend (%s)", backend, why))
-		for _, f := range want.Families() {
-			var x *XTables
-			for _, c := range live.XTables {
-				if c.Backend == backend && c.Family == f {
-					x = c
-				}
-			}
-			if x == nil {
-				if f != env.primaryFamily() {
-					rep.Notes = append(rep.Notes, fmt.Sprintf("%s: no %s tables to compare (single-stack node?)", f, backend))
-					continue
-				}
-				x = &XTables{Backend: backend, Family: f, Tables: iptrace.New(f == v1.IPv6Protocol)}
-			}
-			rep.Drift = append(rep.Drift, DiffIPTables(want.XT[f], x)...)
-			if d := want.IPVS[f]; d != nil {
-				rep.Drift = append(rep.Drift, DiffIPVS(d, live, f)...)
-			}
-			for _, u := range x.Unreadable {
-				rep.Notes = append(rep.Notes, "not compared (the tracer does not model it): "+u)
-			}
-		}
-		for _, x := range live.XTables {
-			if x.Backend != backend && !x.Empty() {
-				rep.Drift = append(rep.Drift, Drift{Kind: "stale", Dataplane: fmt.Sprintf("iptables (%s backend) %s", x.Backend, x.Family),
-					Object: fmt.Sprintf("%d chains in the other backend", x.Chains), Detail: "kube-proxy chains in a backend the daemon does not use"})
-			}
-		}
-	case config.ModeNFTables:
-		for _, f := range want.Families() {
-			if err := nftables.FamilyUsable(f); err != nil && f != env.primaryFamily() {
-				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: not compared (%v)", f, err))
-				continue
-			}
-			rep.Drift = append(rep.Drift, DiffNFTables(want.NFT, live.NFT, f)...)
-		}
-		for _, x := range live.XTables {
-			if !x.Empty() {
-				rep.Drift = append(rep.Drift, Drift{Kind: "stale", Dataplane: fmt.Sprintf("iptables (%s backend) %s", x.Backend, x.Family),
-					Object: fmt.Sprintf("%d iptables chains", x.Chains), Detail: "mode iptables' or ipvs' chains beside mode nftables"})
-			}
 		}
 	}
 	if len(rep.Drift) > 0 {

@@ -173,38 +173,51 @@ func checkModePrereqs(cfg *config.KubeProxyConfiguration) []Finding {
 	} else {
 		out = append(out, ok("kernel module nf_conntrack", "loaded"))
 	}
-	switch cfg.Mode {
-	case config.ModeNFTables:
-		if err := nftables.Usable(); err != nil {
-			out = append(out, Finding{Check: "mode nftables prerequisites", Status: "problem", What: err.Error(),
-				Why: "mode nftables needs kernel 5.13 or later and nft 1.0.1 or later", Fix: "upgrade the kernel or nftables package, or use mode iptables"})
-		} else {
-			out = append(out, ok("mode nftables prerequisites", "kernel and nft are recent enough"))
+	return append(out, prereqsFor(cfg.Mode)(cfg)...)
+}
+
+// nftablesPrereqs: mode nftables needs a recent kernel and nft.
+func nftablesPrereqs(*config.KubeProxyConfiguration) []Finding {
+	var out []Finding
+	if err := nftables.Usable(); err != nil {
+		out = append(out, Finding{Check: "mode nftables prerequisites", Status: "problem", What: err.Error(),
+			Why: "mode nftables needs kernel 5.13 or later and nft 1.0.1 or later", Fix: "upgrade the kernel or nftables package, or use mode iptables"})
+	} else {
+		out = append(out, ok("mode nftables prerequisites", "kernel and nft are recent enough"))
+	}
+	return out
+}
+
+// ipvsPrereqs: mode ipvs needs the IPVS modules of its scheduler, and the ipset tool.
+func ipvsPrereqs(cfg *config.KubeProxyConfiguration) []Finding {
+	var out []Finding
+	mods := []string{"ip_vs", "ip_vs_" + orDefault(cfg.IPVS.Scheduler, "rr")}
+	var missing []string
+	for _, m := range mods {
+		if _, err := os.Stat(filepath.Join("/sys/module", m)); err != nil {
+			missing = append(missing, m)
 		}
-	case config.ModeIPVS:
-		mods := []string{"ip_vs", "ip_vs_" + orDefault(cfg.IPVS.Scheduler, "rr")}
-		var missing []string
-		for _, m := range mods {
-			if _, err := os.Stat(filepath.Join("/sys/module", m)); err != nil {
-				missing = append(missing, m)
-			}
-		}
-		if len(missing) > 0 {
-			out = append(out, Finding{Check: "mode ipvs prerequisites", Status: "problem", What: "kernel modules not loaded: " + strings.Join(missing, ", "),
-				Why: "mode ipvs programs IPVS virtual servers with the configured scheduler", Fix: "`modprobe -a " + strings.Join(missing, " ") + "`"})
-		} else {
-			out = append(out, ok("mode ipvs prerequisites", "ip_vs and the scheduler's module are loaded"))
-		}
-		if _, err := exec.LookPath("ipset"); err != nil {
-			out = append(out, Finding{Check: "mode ipvs prerequisites", Status: "warning", What: "the ipset tool is not installed", Fix: "apt-get install ipset"})
-		}
-	default:
-		if len(xtablesAvailable()) == 0 {
-			out = append(out, Finding{Check: "mode iptables prerequisites", Status: "problem", What: "neither iptables-nft nor iptables-legacy is installed",
-				Why: "mode iptables writes with iptables-restore", Fix: "apt-get install iptables"})
-		} else {
-			out = append(out, ok("mode iptables prerequisites", "iptables tools: "+strings.Join(xtablesAvailable(), ", ")))
-		}
+	}
+	if len(missing) > 0 {
+		out = append(out, Finding{Check: "mode ipvs prerequisites", Status: "problem", What: "kernel modules not loaded: " + strings.Join(missing, ", "),
+			Why: "mode ipvs programs IPVS virtual servers with the configured scheduler", Fix: "`modprobe -a " + strings.Join(missing, " ") + "`"})
+	} else {
+		out = append(out, ok("mode ipvs prerequisites", "ip_vs and the scheduler's module are loaded"))
+	}
+	if _, err := exec.LookPath("ipset"); err != nil {
+		out = append(out, Finding{Check: "mode ipvs prerequisites", Status: "warning", What: "the ipset tool is not installed", Fix: "apt-get install ipset"})
+	}
+	return out
+}
+
+// xtablesPrereqs: modes iptables and userspace need the iptables tools.
+func xtablesPrereqs(*config.KubeProxyConfiguration) []Finding {
+	var out []Finding
+	if len(xtablesAvailable()) == 0 {
+		out = append(out, Finding{Check: "mode iptables prerequisites", Status: "problem", What: "neither iptables-nft nor iptables-legacy is installed",
+			Why: "mode iptables writes with iptables-restore", Fix: "apt-get install iptables"})
+	} else {
+		out = append(out, ok("mode iptables prerequisites", "iptables tools: "+strings.Join(xtablesAvailable(), ", ")))
 	}
 	return out
 }

@@ -16,9 +16,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nfacct"
 	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
+	"kube-proxy/rules/userspace"
 	"kube-proxy/rules/xtables"
 )
 
@@ -150,8 +152,12 @@ func (l *Live) XTablesFor(family v1.IPFamily) []*XTables {
 
 // ipvs reports whether these are mode ipvs' iptables rules (its chains, not mode iptables').
 func (x *XTables) ipvs() bool {
-	return slices.Contains(x.Tables.Chains("nat"), "KUBE-LOAD-BALANCER") || slices.Contains(x.Tables.Chains("nat"), "KUBE-IPVS-FILTER") ||
-		slices.Contains(x.Tables.Chains("filter"), "KUBE-IPVS-FILTER")
+	for _, table := range tracedTables {
+		if slices.ContainsFunc(x.Tables.Chains(table), func(c string) bool { return ipvs.OwnsChain(table, c) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // userspace reports whether mode userspace's capture chains are present.
@@ -161,7 +167,7 @@ func (x *XTables) userspaceChains() int {
 	n := 0
 	for _, table := range tracedTables {
 		for _, c := range x.Tables.Chains(table) {
-			if strings.HasPrefix(c, "KUBE-PORTALS-") || c == "KUBE-NODEPORT-CONTAINER" || c == "KUBE-NODEPORT-HOST" {
+			if userspace.OwnsChain(c) {
 				n++
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/internal/traceresult"
+	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/nftables/nftrace"
 )
@@ -222,12 +223,11 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	}
 	c := comment(last)
 	lower := strings.ToLower(last)
-	why := ""
+	where, _, _ := strings.Cut(last, ":")
+	table, chain, _ := strings.Cut(where, "/")
+	why := explainStopByMode(table, chain, o.Verdict, pkt)
 	switch {
-	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:") && o.Verdict == "REJECT":
-		why = "the Service has no ready endpoints (mode userspace rejects it before it reaches the proxy)"
-	case strings.HasPrefix(last, "filter/KUBE-PORTALS-FILTER:"):
-		why = "mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"
+	case why != "":
 	case strings.Contains(c, "has no local endpoints"):
 		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
 	case strings.Contains(c, "has no endpoints") || strings.HasPrefix(last, "reject-chain:"):
@@ -237,8 +237,6 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	case strings.Contains(c, "will be dropped by KUBE-PROXY-FIREWALL") || strings.Contains(c, "traffic not accepted by") ||
 		strings.Contains(lower, "firewall") && !strings.Contains(lower, "cluster-ips"):
 		why = "the source address is not in the Service's loadBalancerSourceRanges"
-	case strings.HasPrefix(last, "filter/KUBE-IPVS-FILTER:") && o.Verdict == "REJECT":
-		why = fmt.Sprintf("%s is a Service address on kube-ipvs0, but no Service serves %s port %d on it (mode ipvs' KUBE-IPVS-FILTER rejects it)", pkt.Dst, pkt.Protocol, pkt.Port)
 	case strings.HasPrefix(last, "cluster-ips-check:") && o.Verdict == "DROP":
 		why = fmt.Sprintf("%s is inside the cluster's ServiceCIDRs but no Service has it", pkt.Dst)
 	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
@@ -262,12 +260,7 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 // sticky reports whether the walk followed a client's session affinity: a recent list (iptables) or an
 // affinity set (nftables) that already held the source.
 func sticky(rules []string) bool {
-	for _, r := range rules {
-		if strings.Contains(r, "--rcheck") || strings.Contains(r, "saddr @affinity-") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(rules, affinityHitByMode)
 }
 
 // redirected reports whether an outcome ends in a REDIRECT to the node itself.
@@ -275,12 +268,7 @@ func redirected(o traceresult.Outcome) bool {
 	if o.Verdict != "ACCEPT" || o.Endpoint == "" {
 		return false
 	}
-	for _, r := range o.Rules {
-		if strings.Contains(r, "-j REDIRECT") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(o.Rules, redirectsByMode)
 }
 
 // listening reports whether a socket listens on port (TCP) or is bound to it (UDP), in either family, as
@@ -313,26 +301,12 @@ func ipvsServer(path []string) string {
 	return ""
 }
 
-var svcCommentRE = regexp.MustCompile(`^([a-z0-9.-]+/[a-z0-9.-]+(?::[a-z0-9-]+)?)`)
-
-// serviceOf names the Service whose rules the packet went through, from the rules' comments.
+// serviceOf names the Service whose rules the packet went through, asking the modes that name it in
+// their rules (comments, chain names), last rule first.
 func serviceOf(rules []string) string {
 	for i := len(rules) - 1; i >= 0; i-- {
-		if m := svcCommentRE.FindStringSubmatch(comment(rules[i])); m != nil {
-			return m[1]
-		}
-		// nftables chains carry the Service: "service-HASH-ns/name/tcp/port: ...".
-		chain, _, _ := strings.Cut(rules[i], ":")
-		for _, prefix := range []string{"service-", "endpoint-", "external-"} {
-			if rest, ok := strings.CutPrefix(chain, prefix); ok {
-				if _, name, ok := strings.Cut(rest, "-"); ok && strings.Count(name, "/") >= 3 {
-					parts := strings.SplitN(name, "/", 4)
-					if parts[3] == "" {
-						return parts[0] + "/" + parts[1]
-					}
-					return parts[0] + "/" + parts[1] + ":" + parts[3]
-				}
-			}
+		if svc := serviceOfByMode(rules[i]); svc != "" {
+			return svc
 		}
 	}
 	return ""
@@ -344,8 +318,7 @@ func nearestXT(x *XTables, pkt Packet) []string {
 	for _, chain := range x.Tables.Chains("nat") {
 		for _, r := range x.Tables.Rules("nat", chain) {
 			c := comment(r)
-			if c == "" || !(strings.HasSuffix(c, " cluster IP") || strings.HasSuffix(c, " external IP") ||
-				strings.HasSuffix(c, " loadbalancer IP") || strings.Contains(c, "nodeport")) {
+			if c == "" || !iptables.DestinationComment(c) {
 				continue
 			}
 			words, err := splitWords(r)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/iptables"
 )
 
 // TraceReport is trace's result, as --json prints it.
@@ -220,7 +221,7 @@ func resolveService(ctx context.Context, env *Env, live *Live, ref string) (neti
 			}
 		}
 		for _, c := range x.Tables.Chains("nat") {
-			if !strings.HasPrefix(c, "KUBE-SVC") && !strings.HasPrefix(c, "KUBE-SERVICES") && !strings.HasPrefix(c, "KUBE-DISPATCH") {
+			if !strings.HasPrefix(c, iptables.PrefixService) && !strings.HasPrefix(c, "KUBE-SERVICES") && !strings.HasPrefix(c, "KUBE-DISPATCH") {
 				continue
 			}
 			for _, r := range x.Tables.Rules("nat", c) {
@@ -254,7 +255,7 @@ func svcMatches(s, nsName, portName string) bool {
 // ruleService reads a "ns/name:port cluster IP" rule.
 func ruleService(r, nsName, portName string) (netip.Addr, uint16, string, bool) {
 	c := comment(r)
-	svc, ok := strings.CutSuffix(c, " cluster IP")
+	svc, ok := iptables.ClusterIPRuleService(c)
 	if !ok {
 		return netip.Addr{}, 0, "", false
 	}

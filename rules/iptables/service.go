@@ -235,17 +235,17 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 
 	// nat KUBE-SERVICES: cluster IP, external IPs, load balancer IPs.
 	if p.hasInternal {
-		w.rule(chainServices).comment(st.name, " cluster IP").proto(st.proto).
+		w.rule(chainServices).comment(st.name, commentClusterIP).proto(st.proto).
 			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalChain).end()
 	}
 	mark(fragNATClusterIP)
 	if p.hasEndpoints {
 		for _, ip := range sp.ExternalIPs {
-			w.rule(chainServices).comment(st.name, " external IP").proto(st.proto).
+			w.rule(chainServices).comment(st.name, commentExternalIP).proto(st.proto).
 				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", st.ext).end()
 		}
 		for _, ip := range sp.LoadBalancerIPs {
-			w.rule(chainServices).comment(st.name, " loadbalancer IP").proto(st.proto).
+			w.rule(chainServices).comment(st.name, commentLoadBalancerIP).proto(st.proto).
 				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.lbChain).end()
 		}
 	}
@@ -330,7 +330,7 @@ func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p 
 
 	// Masquerade cluster IP traffic that does not come from a local pod (or all of it).
 	if p.hasInternal && (r.cfg.MasqueradeAll || g.ifNotLocal != nil) {
-		w.rule(p.internalChain).comment(st.name, " cluster IP").proto(st.proto).
+		w.rule(p.internalChain).comment(st.name, commentClusterIP).proto(st.proto).
 			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port)
 		if !r.cfg.MasqueradeAll {
 			w.t(g.ifNotLocal...)
@@ -363,7 +363,7 @@ func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p 
 	if p.usesFW {
 		allowFromNode := false
 		for _, cidr := range sp.LoadBalancerSourceRanges {
-			w.rule(st.fw).comment(st.name, " loadbalancer IP").t("-s").prefix(cidr).t("-j", st.ext).end()
+			w.rule(st.fw).comment(st.name, commentLoadBalancerIP).t("-s").prefix(cidr).t("-j", st.ext).end()
 			if g.nodeIP.IsValid() && cidr.Contains(g.nodeIP) {
 				allowFromNode = true
 			}
@@ -372,7 +372,7 @@ func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p 
 		// the VIP itself.
 		if allowFromNode {
 			for _, ip := range sp.LoadBalancerIPs {
-				w.rule(st.fw).comment(st.name, " loadbalancer IP").t("-s").addr(ip).t("-j", st.ext).end()
+				w.rule(st.fw).comment(st.name, commentLoadBalancerIP).t("-s").addr(ip).t("-j", st.ext).end()
 			}
 		}
 		// What falls through is dropped by KUBE-PROXY-FIREWALL in the filter table (this rule only counts).

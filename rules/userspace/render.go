@@ -15,13 +15,15 @@ import (
 	"kube-proxy/rules/xtables"
 )
 
-// Chain names.
+// Chain names. The portal chains (and the filter) share portalsPrefix, upstream's as ours.
 const (
-	ChainPortalsContainer  = "KUBE-PORTALS-CONTAINER"
-	ChainPortalsHost       = "KUBE-PORTALS-HOST"
+	ChainPortalsContainer  = portalsPrefix + "CONTAINER"
+	ChainPortalsHost       = portalsPrefix + "HOST"
 	ChainNodePortContainer = "KUBE-NODEPORT-CONTAINER"
 	ChainNodePortHost      = "KUBE-NODEPORT-HOST"
-	ChainFilter            = "KUBE-PORTALS-FILTER"
+	ChainFilter            = portalsPrefix + "FILTER"
+
+	portalsPrefix = "KUBE-PORTALS-"
 )
 
 // Policies name a Service port's endpoint selections (engine.Key.Policy).

@@ -1,0 +1,68 @@
+package nftables
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kube-proxy/proxy"
+	"kube-proxy/proxy/proxytest"
+)
+
+func TestServiceOfChain(t *testing.T) {
+	named := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	unnamed := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "dns"}, Protocol: v1.ProtocolUDP}
+	ep := netip.MustParseAddrPort("10.244.1.2:8080")
+	for chain, want := range map[string]string{
+		prefixService + serviceBase(named):       "ns/web:http",
+		prefixExternal + serviceBase(named):      "ns/web:http",
+		prefixService + serviceBase(unnamed):     "ns/dns",
+		prefixEndpoint + endpointBase(named, ep): "ns/web:http__10.244.1.2/8080",
+		prefixLocal + serviceBase(named):         "",
+		prefixFirewall + serviceBase(named):      "",
+		chainServiceEndpointsCheck:               "",
+		"nodeports":                              "",
+	} {
+		if got := ServiceOfChain(chain); got != want {
+			t.Errorf("ServiceOfChain(%s) = %q, want %q", chain, got, want)
+		}
+	}
+}
+
+// TestAffinityHit: of a Service's rules with session affinity, the service chain's matches of the
+// endpoints' affinity sets are affinity hits, and the endpoint chains' updates of them are not.
+func TestAffinityHit(t *testing.T) {
+	snap := proxytest.Snapshot(v1.IPv4Protocol, proxy.Node{Name: proxytest.NodeName, Known: true},
+		proxytest.Port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, proxytest.Affinity(10800),
+			proxytest.Endpoints("10.244.1.2:8080", "10.244.1.3:8080")))
+	text, err := Desired(testConfig(v1.IPv4Protocol, "10.244.0.0/16"), snap, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits, updates := 0, 0
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.Contains(line, "@"+prefixAffinity) {
+			if AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) without an affinity set", line)
+			}
+			continue
+		}
+		if strings.Contains(line, "update @") {
+			updates++
+			if AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) = true for recording the client", line)
+			}
+		} else if strings.Contains(line, "goto "+prefixEndpoint) {
+			hits++
+			if !AffinityHit(line) {
+				t.Errorf("AffinityHit(%s) = false", line)
+			}
+		}
+	}
+	if hits != 2 || updates != 2 {
+		t.Errorf("%d affinity checks and %d updates, want 2 and 2:\n%s", hits, updates, text)
+	}
+}
