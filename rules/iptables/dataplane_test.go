@@ -343,14 +343,16 @@ func TestDataplaneRemovesStaleChainsAndKeepsJumpsUnique(t *testing.T) {
 	}
 }
 
-func TestDataplaneReconfigure(t *testing.T) {
-	ctx := context.Background()
+// newMasqueradeBed is a dataplane that has synced one Service (10.96.0.10:80/TCP, one endpoint), and a
+// probe: whether a pod's packet to that Service is marked for masquerading.
+func newMasqueradeBed(t *testing.T) (*fakeKernel, *Dataplane, *world, func() bool) {
+	t.Helper()
 	k := newFakeKernel()
 	dp, _ := newTestDataplane(t, k, v4Config())
 	w := newWorld(t)
 	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
 	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
-	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
+	if err := dp.Apply(context.Background(), w.snapshot(), true); err != nil {
 		t.Fatal(err)
 	}
 	masqueraded := func() bool {
@@ -362,6 +364,12 @@ func TestDataplaneReconfigure(t *testing.T) {
 		m, _ := res.Masquerade()
 		return m
 	}
+	return k, dp, w, masqueraded
+}
+
+func TestDataplaneReconfigure(t *testing.T) {
+	ctx := context.Background()
+	_, dp, w, masqueraded := newMasqueradeBed(t)
 	if masqueraded() {
 		t.Fatal("pod-to-service traffic masqueraded without masqueradeAll")
 	}
@@ -394,23 +402,7 @@ func TestDataplaneReconfigure(t *testing.T) {
 // old configuration leaves the next sync full, so that the new configuration is written everywhere.
 func TestDataplaneReconfiguredDuringSync(t *testing.T) {
 	ctx := context.Background()
-	k := newFakeKernel()
-	dp, _ := newTestDataplane(t, k, v4Config())
-	w := newWorld(t)
-	w.service("web", "10.96.0.10", 80, v1.ProtocolTCP)
-	w.endpoints("web", 8080, v1.ProtocolTCP, "10.244.1.2")
-	if err := dp.Apply(ctx, w.snapshot(), true); err != nil {
-		t.Fatal(err)
-	}
-	masqueraded := func() bool {
-		res, err := k.ts.Trace(iptrace.Packet{Src: netip.MustParseAddr("10.244.5.5"), Dst: netip.MustParseAddr("10.96.0.10"),
-			Protocol: "tcp", DPort: 80, InIface: "veth5"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, _ := res.Masquerade()
-		return m
-	}
+	k, dp, w, masqueraded := newMasqueradeBed(t)
 	c := config.Default()
 	c.ClusterCIDR = "10.244.0.0/16"
 	c.IPTables.MasqueradeAll = true
