@@ -10,9 +10,9 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/nfacct"
-	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 

@@ -10,8 +10,8 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/ipvs"
-	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 

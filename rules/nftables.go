@@ -9,8 +9,8 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/nftables"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // newNFTables sets up mode nftables: a dataplane per family, dual-stack unless the kernel's IPv6 is off.

@@ -16,10 +16,10 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/rules/conntrack"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nftables"
-	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 

@@ -12,8 +12,8 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/userspace"
-	"kube-proxy/rules/userspace/engine"
 	"kube-proxy/rules/xtables"
 )
 
@@ -30,8 +30,6 @@ func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeN
 	klog.InfoS("Using iptables backend for the userspace proxy's capture rules", "backend", backend, "reason", why)
 	metrics := engine.NewMetrics(reg)
 	opts := userspace.EngineOptions(cfg)
-	// One descriptor budget for both families' engines: they share the process's limit.
-	opts.Budget = engine.NewBudget(engine.DefaultDescriptors())
 	// Listeners survive restarts through the service manager's store, when there is one.
 	opts.Sockets = sockets
 	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {

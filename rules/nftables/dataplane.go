@@ -15,8 +15,8 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/internal/syncstate"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // cleaner removes stale conntrack entries after a sync (conntrack.Cleaner).
@@ -291,10 +291,9 @@ type Metrics struct {
 	removedExternally *prometheus.CounterVec
 
 	// With the KubeProxyNFTablesLocalhostNodePorts gate on: the localhost NodePort proxies' metrics (the
-	// engine's and upstream's listener metrics; the families' engines share the process's descriptors)
-	// and the collector of the rejected loopback NodePort packets.
+	// engine's and upstream's listener metrics; the families' engines share the process's descriptor
+	// budget, engine.ProcessBudget) and the collector of the rejected loopback NodePort packets.
 	engine             *engine.Metrics
-	engineBudget       *engine.Budget
 	localhostListeners *prometheus.GaugeVec
 	localhostFailures  *prometheus.CounterVec
 	localhost          localhostCollector
@@ -325,7 +324,6 @@ func NewMetrics(reg prometheus.Registerer, localhost bool) *Metrics {
 	reg.MustRegister(m.syncFailures, m.cleanupFailures, m.removedExternally)
 	if localhost {
 		m.engine = engine.NewMetrics(reg)
-		m.engineBudget = engine.NewBudget(engine.DefaultDescriptors())
 		m.localhostListeners = prometheus.NewGaugeVec(prometheus.GaugeOpts{Subsystem: sub,
 			Name: "nftables_localhost_nodeport_listeners",
 			Help: "[ALPHA] Number of active localhost NodePort userspace proxy listeners."}, []string{"ip_family"})
@@ -346,7 +344,6 @@ type familyMetrics struct {
 // metrics have a sample for the family once the proxy reported one (not from the start).
 type localhostMetrics struct {
 	engine    *engine.Metrics
-	budget    *engine.Budget
 	family    string
 	listeners *prometheus.GaugeVec   // kubeproxy_nftables_localhost_nodeport_listeners
 	failures  *prometheus.CounterVec // kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total
@@ -354,7 +351,7 @@ type localhostMetrics struct {
 
 // localhostFor returns a family's localhost NodePort proxy metrics (NewMetrics with localhost).
 func (m *Metrics) localhostFor(f v1.IPFamily) localhostMetrics {
-	return localhostMetrics{engine: m.engine, budget: m.engineBudget, family: string(f),
+	return localhostMetrics{engine: m.engine, family: string(f),
 		listeners: m.localhostListeners, failures: m.localhostFailures}
 }
 

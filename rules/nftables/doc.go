@@ -39,5 +39,5 @@
 // With the KubeProxyNFTablesLocalhostNodePorts gate on (KEP-6032, alpha), loopback NodePorts are rejected
 // and counted, but TCP ones when nodePortAddresses lists loopback explicitly: those are served, as upstream's
 // alpha serves them, by a userspace proxy listening on 127.0.0.1:<nodePort> (::1), here the engine of mode
-// userspace (rules/userspace/engine; localhost.go).
+// userspace (rules/engine; localhost.go).
 package nftables

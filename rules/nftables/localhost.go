@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/proxy"
-	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/engine"
 )
 
 // localhostPolicy is the engine key's Policy of a localhost NodePort listener.
@@ -33,7 +33,7 @@ func newLocalhostProxy(family v1.IPFamily, m localhostMetrics) *localhostProxy {
 	if family == v1.IPv6Protocol {
 		addr = netip.IPv6Loopback()
 	}
-	return &localhostProxy{e: engine.New(family, addr, engine.Options{Budget: m.budget}, m.engine), m: m}
+	return &localhostProxy{e: engine.New(family, addr, engine.Options{}, m.engine), m: m}
 }
 
 // sync opens, updates and closes the listeners for snap; with on false it closes them all. It reports

@@ -14,8 +14,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/internal/syncstate"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // kernel is what the dataplane needs from the iptables tools; xtables.Runner implements it.

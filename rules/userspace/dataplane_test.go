@@ -15,8 +15,8 @@ import (
 
 	"kube-proxy/proxy"
 	pt "kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/iptables/iptrace"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // fakeKernel is iptables as iptrace.Tables simulates it: it keeps what the payloads write and refuses

@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
-	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/engine"
 )
 
 // Destination is one UDP address a Service port answers on and the listener ports its traffic may be

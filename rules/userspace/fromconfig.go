@@ -8,7 +8,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
-	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/engine"
 )
 
 // ConfigFrom derives the rules configuration of one family from a validated configuration.

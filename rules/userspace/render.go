@@ -11,7 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
-	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/xtables"
 )
 

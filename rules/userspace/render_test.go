@@ -12,7 +12,7 @@ import (
 	"kube-proxy/config"
 	"kube-proxy/proxy"
 	pt "kube-proxy/proxy/proxytest"
-	"kube-proxy/rules/userspace/engine"
+	"kube-proxy/rules/engine"
 )
 
 func testConfig(t *testing.T, mutate func(*config.KubeProxyConfiguration)) Config {

@@ -11,9 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/config"
+	"kube-proxy/rules/engine"
 	"kube-proxy/rules/internal/tracecases"
 	"kube-proxy/rules/iptables/iptrace"
-	"kube-proxy/rules/userspace/engine"
 )
 
 // jumpPayload writes JumpRules as the dataplane ensures them: each inserted at the top of its chain.

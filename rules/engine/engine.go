@@ -26,9 +26,9 @@ type Options struct {
 	// Service port cannot take every descriptor from the others (default: half of what the budget allows
 	// in connections; negative: no cap but the budget).
 	MaxConnsPerListener int
-	// Budget is the file descriptors the engine may hold, shared with the engines of other families: a
-	// listener takes one, a TCP connection or UDP flow two. Default: a budget of the engine's own, of what
-	// RLIMIT_NOFILE leaves after 1,024 descriptors kept for everything else (DefaultDescriptors).
+	// Budget is the file descriptors the engine may hold, shared with the other engines: a listener takes
+	// one, a TCP connection or UDP flow two. Default: the process's budget (ProcessBudget), which every
+	// engine of the daemon shares, whichever mode built it.
 	Budget *Budget
 	// Sockets, when set, hands the listeners' sockets over to the daemon's next process (see Sockets).
 	Sockets Sockets
@@ -42,6 +42,10 @@ type Budget struct {
 
 // NewBudget returns a budget of n descriptors.
 func NewBudget(n int) *Budget { return &Budget{max: int64(n)} }
+
+// ProcessBudget is the one budget of the process's engines: what RLIMIT_NOFILE leaves after 1,024
+// descriptors kept for everything else (DefaultDescriptors), read when first asked for.
+var ProcessBudget = sync.OnceValue(func() *Budget { return NewBudget(DefaultDescriptors()) })
 
 // Max returns the budget's size.
 func (b *Budget) Max() int { return int(b.max) }
@@ -72,7 +76,7 @@ func (o Options) withDefaults() Options {
 		o.UDPIdleTimeout = defaultUDPIdleTimeout
 	}
 	if o.Budget == nil {
-		o.Budget = NewBudget(DefaultDescriptors())
+		o.Budget = ProcessBudget()
 	}
 	if o.MaxConnsPerListener == 0 {
 		o.MaxConnsPerListener = max(o.Budget.Max()/4, 1)
