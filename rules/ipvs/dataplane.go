@@ -203,10 +203,13 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 }
 
 // plan re-plans every Service port of snap.
-func (d *Dataplane) plan(snap *proxy.Snapshot) *desired {
+func (d *Dataplane) plan(snap *proxy.Snapshot) *desired { return planAll(&d.cfg, &d.en, snap) }
+
+// planAll plans every Service port of snap for cfg on a node whose addresses en knows.
+func planAll(cfg *Config, en *env, snap *proxy.Snapshot) *desired {
 	want := newDesired()
 	for name, sp := range snap.Services {
-		if p := planService(&d.cfg, &d.en, &snap.Node, sp); p != nil {
+		if p := planService(cfg, en, &snap.Node, sp); p != nil {
 			want.set(name, p, nil)
 		}
 	}

@@ -43,11 +43,10 @@ type DesiredVirtualServer struct {
 // RenderDesired plans snap as the dataplane of cfg would for a node whose addresses (of every interface
 // but kube-ipvs0) are addrs. It touches no kernel.
 func RenderDesired(cfg Config, snap *proxy.Snapshot, addrs []netip.Addr) *Desired {
-	d := &Dataplane{family: cfg.Family, cfg: cfg}
-	d.en = newEnv(&d.cfg, &snap.Node, addrs)
-	want := d.plan(snap)
+	en := newEnv(&cfg, &snap.Node, addrs)
+	want := planAll(&cfg, &en, snap)
 	out := &Desired{
-		Rules: renderRules(&d.cfg, &ruleInputs{nonEmpty: want.nonEmpty(), noNodeAccess: want.sortedNoNodeAccess(), node: &snap.Node}),
+		Rules: renderRules(&cfg, &ruleInputs{nonEmpty: want.nonEmpty(), noNodeAccess: want.sortedNoNodeAccess(), node: &snap.Node}),
 		Jumps: withJumps([]byte("*nat\nCOMMIT\n*filter\nCOMMIT\n"), jumpRules),
 	}
 	for id := setID(0); id < numSets; id++ {
