@@ -74,7 +74,7 @@ type Renderer struct {
 // so nothing here carries meaning from one render to the next, only capacity. The Result's payload and
 // most of its slices point into it, which is why they are valid until the next render.
 type renderScratch struct {
-	scratch lineBuf // the shared-chain fragments of the port being refreshed (see renderShared)
+	scratch xtables.Lines // the shared-chain fragments of the port being refreshed (see renderShared)
 	// removed and added are the own chains of the ports removed or replaced, and of those added or
 	// replaced, since last; ownedSpare is the storage the owned list had before its last update.
 	removed, added, ownedSpare []string
@@ -89,10 +89,10 @@ type renderScratch struct {
 	// the payload declares, stale those it deletes; ownScratch collects chain names for a moment.
 	natOut, filterOut          []*chainOut
 	natDecl, stale, ownScratch []string
-	own                        lineBuf  // the own chains of the ports written, each port's rules a span
-	spans                      []span   // where each port's rules lie in own
-	chainsOut                  []string // Result.Chains["nat"] when there are buckets
-	out                        []byte   // the payload
+	own                        xtables.Lines // the own chains of the ports written, each port's rules a span
+	spans                      []span        // where each port's rules lie in own
+	chainsOut                  []string      // Result.Chains["nat"] when there are buckets
+	out                        []byte        // the payload
 }
 
 // NewRenderer returns a renderer for one configuration and IP family.
@@ -120,8 +120,8 @@ func (r *Renderer) Shrink() {
 	if cap(r.out) > 1<<20 {
 		r.out = nil
 	}
-	if cap(r.own.b) > 1<<20 {
-		r.own.b = nil
+	if cap(r.own.B) > 1<<20 {
+		r.own.B = nil
 	}
 }
 
@@ -461,11 +461,11 @@ func (r *Renderer) payloadEstimate(natShared, filterChains []*chainOut, endpoint
 	estimate := 40*len(r.natDecl) + 400*endpointsWritten + 1024
 	for _, c := range natShared {
 		if c.write {
-			estimate += len(c.w.b)
+			estimate += len(c.w.B)
 		}
 	}
 	for _, c := range filterChains {
-		estimate += len(c.w.b)
+		estimate += len(c.w.B)
 	}
 	return estimate
 }
@@ -476,20 +476,20 @@ func (r *Renderer) writeFilter(res *Result, filterChains []*chainOut) {
 	filterWritten, filterTotal := 0, 0
 	for _, c := range filterChains {
 		filterNames = append(filterNames, c.name)
-		filterTotal += c.w.lines
+		filterTotal += c.w.Lines
 		if c.write {
-			filterWritten += c.w.lines
+			filterWritten += c.w.Lines
 		}
 	}
 	slices.Sort(filterNames)
 	if decl := declared(nil, filterChains); len(decl) > 0 {
 		r.out = append(r.out, "*filter\n"...)
 		for _, c := range decl {
-			r.out = appendChainLine(r.out, c)
+			r.out = xtables.AppendChainLine(r.out, c)
 		}
 		for _, c := range filterChains {
 			if c.write {
-				r.out = append(r.out, c.w.b...)
+				r.out = append(r.out, c.w.B...)
 			}
 		}
 		r.out = append(r.out, "COMMIT\n"...)
@@ -502,13 +502,13 @@ func (r *Renderer) writeFilter(res *Result, filterChains []*chainOut) {
 // r.own.b, and returns how many rules the own chains of all ports have.
 func (r *Renderer) renderOwnChains(j *job) (ownRules int) {
 	w := &r.own
-	w.reset()
+	w.Reset()
 	r.spans = r.spans[:0]
 	for _, st := range r.order {
 		if r.writes(j, st) {
-			start := len(w.b)
+			start := len(w.B)
 			st.ownRules = r.renderOwn(w, st, st.sp, &st.plan, &j.g)
-			r.spans = append(r.spans, span{st: st, start: start, end: len(w.b)})
+			r.spans = append(r.spans, span{st: st, start: start, end: len(w.B)})
 		}
 		ownRules += st.ownRules
 	}
@@ -520,18 +520,18 @@ func (r *Renderer) writeNAT(res *Result, natShared []*chainOut, ownRules int) {
 	sharedTotal, sharedWritten := r.bucketRules, 0
 	for _, c := range natShared {
 		if !isBucketChain(c.name) {
-			sharedTotal += c.w.lines
+			sharedTotal += c.w.Lines
 		}
 		if c.write {
-			sharedWritten += c.w.lines
+			sharedWritten += c.w.Lines
 		}
 	}
-	if r.cfg.ChunkLines > 0 && r.own.lines > 2*r.cfg.ChunkLines {
+	if r.cfg.ChunkLines > 0 && r.own.Lines > 2*r.cfg.ChunkLines {
 		r.chunked(res, natShared)
 	} else {
 		r.single(natShared)
 	}
-	res.Rules["nat"] = sharedWritten + r.own.lines
+	res.Rules["nat"] = sharedWritten + r.own.Lines
 	res.RulesTotal["nat"] = sharedTotal + ownRules
 	res.Chains["nat"] = r.owned
 	if len(r.bucketsNow) > 0 {
@@ -548,19 +548,19 @@ type span struct {
 
 // single appends the nat table to r.out as one transaction.
 func (r *Renderer) single(natShared []*chainOut) {
-	if len(r.natDecl) == 0 && r.own.lines == 0 {
+	if len(r.natDecl) == 0 && r.own.Lines == 0 {
 		return // nothing changed in nat
 	}
 	r.out = append(r.out, "*nat\n"...)
 	for _, c := range r.natDecl {
-		r.out = appendChainLine(r.out, c)
+		r.out = xtables.AppendChainLine(r.out, c)
 	}
 	for _, c := range natShared {
 		if c.write {
-			r.out = append(r.out, c.w.b...)
+			r.out = append(r.out, c.w.B...)
 		}
 	}
-	r.out = append(r.out, r.own.b...)
+	r.out = append(r.out, r.own.B...)
 	r.out = appendDeletes(r.out, r.stale)
 	r.out = append(r.out, "COMMIT\n"...)
 }
@@ -596,9 +596,9 @@ func (r *Renderer) chunked(res *Result, natShared []*chainOut) {
 		slices.Sort(r.ownScratch)
 		r.out = append(r.out, "*nat\n"...)
 		for _, c := range r.ownScratch {
-			r.out = appendChainLine(r.out, c)
+			r.out = xtables.AppendChainLine(r.out, c)
 		}
-		r.out = append(r.out, r.own.b[r.spans[i].start:r.spans[j-1].end]...)
+		r.out = append(r.out, r.own.B[r.spans[i].start:r.spans[j-1].end]...)
 		r.out = append(r.out, "COMMIT\n"...)
 		cut()
 		i = j
@@ -631,11 +631,11 @@ func (r *Renderer) sharedTransaction(natShared []*chainOut, pick func(*chainOut)
 	slices.Sort(r.ownScratch)
 	r.out = append(r.out, "*nat\n"...)
 	for _, c := range r.ownScratch {
-		r.out = appendChainLine(r.out, c)
+		r.out = xtables.AppendChainLine(r.out, c)
 	}
 	for _, c := range natShared {
 		if pick(c) {
-			r.out = append(r.out, c.w.b...)
+			r.out = append(r.out, c.w.B...)
 		}
 	}
 	r.out = appendDeletes(r.out, deletes)
@@ -682,19 +682,19 @@ const nodePortsComment = "kubernetes service nodeports; NOTE: this must be the l
 
 // writeNodePortJumps writes the last rules of KUBE-SERVICES, sending traffic to the NodePort addresses on
 // to KUBE-NODEPORTS.
-func (r *Renderer) writeNodePortJumps(w *lineBuf, snap *proxy.Snapshot) {
+func (r *Renderer) writeNodePortJumps(w *xtables.Lines, snap *proxy.Snapshot) {
 	ipv6 := r.cfg.Family == v1.IPv6Protocol
 	localhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
 	npa := r.cfg.nodePortAddrs(&snap.Node)
 	if npa.all {
-		w.rule(chainServices).comment(nodePortsComment).t("-m", "addrtype", "--dst-type", "LOCAL")
+		w.Rule(chainServices).Comment(nodePortsComment).T("-m", "addrtype", "--dst-type", "LOCAL")
 		// Localhost NodePorts never work on IPv6, and on IPv4 only with route_localnet.
 		if ipv6 {
-			w.t("!", "-d", "::1/128")
+			w.T("!", "-d", "::1/128")
 		} else if !localhost {
-			w.t("!", "-d", "127.0.0.0/8")
+			w.T("!", "-d", "127.0.0.0/8")
 		}
-		w.t("-j", chainNodePorts).end()
+		w.T("-j", chainNodePorts).End()
 		return
 	}
 
@@ -704,7 +704,7 @@ func (r *Renderer) writeNodePortJumps(w *lineBuf, snap *proxy.Snapshot) {
 	}
 	loopbackOK := !ipv6 && localhost
 	if npa.primary.IsValid() {
-		w.rule(chainServices).comment(nodePortsComment).t("-d").addr(npa.primary).t("-j", chainNodePorts).end()
+		w.Rule(chainServices).Comment(nodePortsComment).T("-d").Addr(npa.primary).T("-j", chainNodePorts).End()
 	}
 	excluded := false
 	for _, p := range npa.prefixes {
@@ -715,11 +715,11 @@ func (r *Renderer) writeNodePortJumps(w *lineBuf, snap *proxy.Snapshot) {
 		if !loopbackOK && !excluded && p.Contains(loopback.Addr()) {
 			// The prefix includes loopback, which must not reach KUBE-NODEPORTS. Upstream lists addresses
 			// one by one and skips the loopback ones; here they leave KUBE-SERVICES first.
-			w.rule(chainServices).comment("kubernetes service nodeports: no localhost NodePorts").
-				t("-d").prefix(loopback).t("-j", "RETURN").end()
+			w.Rule(chainServices).Comment("kubernetes service nodeports: no localhost NodePorts").
+				T("-d").Prefix(loopback).T("-j", "RETURN").End()
 			excluded = true
 		}
-		w.rule(chainServices).comment(nodePortsComment).t("-d").prefix(p).
-			t("-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePorts).end()
+		w.Rule(chainServices).Comment(nodePortsComment).T("-d").Prefix(p).
+			T("-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePorts).End()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // Fragments of the shared chains one Service port contributes, in svcState.shared.
@@ -224,29 +225,29 @@ func forReachable(sp *proxy.ServicePort, fn func(e *proxy.Endpoint)) {
 // renderShared records the rules sp contributes to the shared chains of both tables.
 func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 	w := &r.scratch
-	w.b = st.shared[:0]
-	w.lines = 0
+	w.B = st.shared[:0]
+	w.Lines = 0
 	mark := func(i int) {
-		st.off[i+1] = len(w.b)
-		st.lines[i] = w.lines
-		w.lines = 0
+		st.off[i+1] = len(w.B)
+		st.lines[i] = w.Lines
+		w.Lines = 0
 	}
 	st.off[0] = 0
 
 	// nat KUBE-SERVICES: cluster IP, external IPs, load balancer IPs.
 	if p.hasInternal {
-		w.rule(chainServices).comment(st.name, commentClusterIP).proto(st.proto).
-			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalChain).end()
+		w.Rule(chainServices).Comment(st.name, commentClusterIP).Proto(st.proto).
+			T("-d").Addr(sp.ClusterIP).T("--dport").Num(sp.Port).T("-j", p.internalChain).End()
 	}
 	mark(fragNATClusterIP)
 	if p.hasEndpoints {
 		for _, ip := range sp.ExternalIPs {
-			w.rule(chainServices).comment(st.name, commentExternalIP).proto(st.proto).
-				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", st.ext).end()
+			w.Rule(chainServices).Comment(st.name, commentExternalIP).Proto(st.proto).
+				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", st.ext).End()
 		}
 		for _, ip := range sp.LoadBalancerIPs {
-			w.rule(chainServices).comment(st.name, commentLoadBalancerIP).proto(st.proto).
-				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.lbChain).end()
+			w.Rule(chainServices).Comment(st.name, commentLoadBalancerIP).Proto(st.proto).
+				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", p.lbChain).End()
 		}
 	}
 	mark(fragNATServices)
@@ -255,38 +256,38 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 	// kubeproxy_iptables_localhost_nodeports_accepted_packets_total (used only while NodePorts answer on
 	// loopback: see buildNAT).
 	if sp.NodePort != 0 && p.hasEndpoints && r.cfg.countsLocalhostNodePorts() {
-		w.rule(chainNodePorts).t("-m", "comment", "--comment", st.name).proto(st.proto).
-			t("-d", "127.0.0.0/8", "--dport").num(sp.NodePort).
-			t("-m", "nfacct", "--nfacct-name", CounterLocalhostNodePorts, "-j", st.ext).end()
+		w.Rule(chainNodePorts).T("-m", "comment", "--comment", st.name).Proto(st.proto).
+			T("-d", "127.0.0.0/8", "--dport").Num(sp.NodePort).
+			T("-m", "nfacct", "--nfacct-name", CounterLocalhostNodePorts, "-j", st.ext).End()
 	}
 	mark(fragNATNodePortsLocal)
 	if sp.NodePort != 0 && p.hasEndpoints {
-		w.rule(chainNodePorts).t("-m", "comment", "--comment", st.name).proto(st.proto).
-			t("--dport").num(sp.NodePort).t("-j", st.ext).end()
+		w.Rule(chainNodePorts).T("-m", "comment", "--comment", st.name).Proto(st.proto).
+			T("--dport").Num(sp.NodePort).T("-j", st.ext).End()
 	}
 	mark(fragNATNodePorts)
 
 	// filter KUBE-SERVICES: cluster IP without endpoints.
 	if !p.hasInternal {
-		w.rule(chainServices).comment(p.internalFilterComment).proto(st.proto).
-			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port).t("-j", p.internalFilterTarget).end()
+		w.Rule(chainServices).Comment(p.internalFilterComment).Proto(st.proto).
+			T("-d").Addr(sp.ClusterIP).T("--dport").Num(sp.Port).T("-j", p.internalFilterTarget).End()
 	}
 	mark(fragFilterServices)
 
 	// filter KUBE-EXTERNAL-SERVICES: external destinations without endpoints for outside traffic.
 	if !p.hasExternal {
 		for _, ip := range sp.ExternalIPs {
-			w.rule(chainExternalServices).comment(p.externalFilterComment).proto(st.proto).
-				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.externalFilterTarget).end()
+			w.Rule(chainExternalServices).Comment(p.externalFilterComment).Proto(st.proto).
+				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", p.externalFilterTarget).End()
 		}
 		for _, ip := range sp.LoadBalancerIPs {
-			w.rule(chainExternalServices).comment(p.externalFilterComment).proto(st.proto).
-				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", p.externalFilterTarget).end()
+			w.Rule(chainExternalServices).Comment(p.externalFilterComment).Proto(st.proto).
+				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", p.externalFilterTarget).End()
 		}
 		if sp.NodePort != 0 {
-			w.rule(chainExternalServices).comment(p.externalFilterComment).
-				t("-m", "addrtype", "--dst-type", "LOCAL").proto(st.proto).
-				t("--dport").num(sp.NodePort).t("-j", p.externalFilterTarget).end()
+			w.Rule(chainExternalServices).Comment(p.externalFilterComment).
+				T("-m", "addrtype", "--dst-type", "LOCAL").Proto(st.proto).
+				T("--dport").Num(sp.NodePort).T("-j", p.externalFilterTarget).End()
 		}
 	}
 	mark(fragFilterExternal)
@@ -294,21 +295,21 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 	// filter KUBE-PROXY-FIREWALL: load balancer traffic the FW chain did not accept.
 	if p.usesFW {
 		for _, ip := range sp.LoadBalancerIPs {
-			w.rule(chainProxyFirewall).comment(st.name, " traffic not accepted by ", st.fw).proto(st.proto).
-				t("-d").addr(ip).t("--dport").num(sp.Port).t("-j", "DROP").end()
+			w.Rule(chainProxyFirewall).Comment(st.name, " traffic not accepted by ", st.fw).Proto(st.proto).
+				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", "DROP").End()
 		}
 	}
 	mark(fragFilterFirewall)
 
 	// filter KUBE-NODEPORTS: the health check node port is always accepted.
 	if sp.HealthCheckNodePort != 0 {
-		w.rule(chainNodePorts).comment(st.name, " health check node port").proto("tcp").
-			t("--dport").num(sp.HealthCheckNodePort).t("-j", "ACCEPT").end()
+		w.Rule(chainNodePorts).Comment(st.name, " health check node port").Proto("tcp").
+			T("--dport").Num(sp.HealthCheckNodePort).T("-j", "ACCEPT").End()
 	}
 	mark(fragFilterNodePorts)
 
-	st.shared = w.b
-	w.b = nil
+	st.shared = w.B
+	w.B = nil
 }
 
 // globals are the inputs besides the Service port that change its own chains.
@@ -325,45 +326,45 @@ func (g *globals) sameSemantics(o *globals) bool {
 }
 
 // renderOwn writes the port's own nat chains' rules into w and returns how many it wrote.
-func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p *plan, g *globals) int {
-	start := w.lines
+func (r *Renderer) renderOwn(w *xtables.Lines, st *svcState, sp *proxy.ServicePort, p *plan, g *globals) int {
+	start := w.Lines
 
 	// Masquerade cluster IP traffic that does not come from a local pod (or all of it).
 	if p.hasInternal && (r.cfg.MasqueradeAll || g.ifNotLocal != nil) {
-		w.rule(p.internalChain).comment(st.name, commentClusterIP).proto(st.proto).
-			t("-d").addr(sp.ClusterIP).t("--dport").num(sp.Port)
+		w.Rule(p.internalChain).Comment(st.name, commentClusterIP).Proto(st.proto).
+			T("-d").Addr(sp.ClusterIP).T("--dport").Num(sp.Port)
 		if !r.cfg.MasqueradeAll {
-			w.t(g.ifNotLocal...)
+			w.T(g.ifNotLocal...)
 		}
-		w.t("-j", chainMarkMasq).end()
+		w.T("-j", chainMarkMasq).End()
 	}
 
 	if p.usesExt {
 		if !sp.ExternalPolicyLocal {
 			// Endpoints may be on other nodes: masquerade so replies come back here.
-			w.rule(st.ext).comment("masquerade traffic for ", st.name, " external destinations").
-				t("-j", chainMarkMasq).end()
+			w.Rule(st.ext).Comment("masquerade traffic for ", st.name, " external destinations").
+				T("-j", chainMarkMasq).End()
 		} else {
 			// Source IP is kept. Pods and the node itself reach external destinations as if through an
 			// outside load balancer: Cluster endpoints, and the node's traffic masqueraded.
 			if g.ifLocal != nil {
-				w.rule(st.ext).comment("pod traffic for ", st.name, " external destinations").
-					t(g.ifLocal...).t("-j", st.svc).end()
+				w.Rule(st.ext).Comment("pod traffic for ", st.name, " external destinations").
+					T(g.ifLocal...).T("-j", st.svc).End()
 			}
-			w.rule(st.ext).comment("masquerade LOCAL traffic for ", st.name, " external destinations").
-				t("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq).end()
-			w.rule(st.ext).comment("route LOCAL traffic for ", st.name, " external destinations").
-				t("-m", "addrtype", "--src-type", "LOCAL", "-j", st.svc).end()
+			w.Rule(st.ext).Comment("masquerade LOCAL traffic for ", st.name, " external destinations").
+				T("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq).End()
+			w.Rule(st.ext).Comment("route LOCAL traffic for ", st.name, " external destinations").
+				T("-m", "addrtype", "--src-type", "LOCAL", "-j", st.svc).End()
 		}
 		if p.hasExternal {
-			w.rule(st.ext).t("-j", p.externalChain).end()
+			w.Rule(st.ext).T("-j", p.externalChain).End()
 		}
 	}
 
 	if p.usesFW {
 		allowFromNode := false
 		for _, cidr := range sp.LoadBalancerSourceRanges {
-			w.rule(st.fw).comment(st.name, commentLoadBalancerIP).t("-s").prefix(cidr).t("-j", st.ext).end()
+			w.Rule(st.fw).Comment(st.name, commentLoadBalancerIP).T("-s").Prefix(cidr).T("-j", st.ext).End()
 			if g.nodeIP.IsValid() && cidr.Contains(g.nodeIP) {
 				allowFromNode = true
 			}
@@ -372,11 +373,11 @@ func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p 
 		// the VIP itself.
 		if allowFromNode {
 			for _, ip := range sp.LoadBalancerIPs {
-				w.rule(st.fw).comment(st.name, commentLoadBalancerIP).t("-s").addr(ip).t("-j", st.ext).end()
+				w.Rule(st.fw).Comment(st.name, commentLoadBalancerIP).T("-s").Addr(ip).T("-j", st.ext).End()
 			}
 		}
 		// What falls through is dropped by KUBE-PROXY-FIREWALL in the filter table (this rule only counts).
-		w.rule(st.fw).comment("other traffic to ", st.name, " will be dropped by KUBE-PROXY-FIREWALL").end()
+		w.Rule(st.fw).Comment("other traffic to ", st.name, " will be dropped by KUBE-PROXY-FIREWALL").End()
 	}
 
 	if p.usesCluster {
@@ -390,49 +391,49 @@ func (r *Renderer) renderOwn(w *lineBuf, st *svcState, sp *proxy.ServicePort, p 
 	forReachable(sp, func(e *proxy.Endpoint) {
 		sep := st.sep(e.Addr)
 		// Hairpin: a pod reaching itself through the Service must be masqueraded.
-		w.rule(sep)
+		w.Rule(sep)
 		if !g.large {
-			w.t("-m", "comment", "--comment", st.name)
+			w.T("-m", "comment", "--comment", st.name)
 		}
-		w.t("-s").addr(e.IP).t("-j", chainMarkMasq).end()
+		w.T("-s").Addr(e.IP).T("-j", chainMarkMasq).End()
 
-		w.rule(sep)
+		w.Rule(sep)
 		if !g.large {
-			w.t("-m", "comment", "--comment", st.name)
+			w.T("-m", "comment", "--comment", st.name)
 		}
 		if affinity {
-			w.t("-m", "recent", "--name", sep, "--set")
+			w.T("-m", "recent", "--name", sep, "--set")
 		}
-		w.proto(st.proto).t("-j", "DNAT", "--to-destination", e.Addr).end()
+		w.Proto(st.proto).T("-j", "DNAT", "--to-destination", e.Addr).End()
 	})
-	return w.lines - start
+	return w.Lines - start
 }
 
 // renderEndpointJumps writes a KUBE-SVC or KUBE-SVL chain: session affinity checks first, then one rule per
 // endpoint with probability 1/(n-i), the last one unconditional.
-func (r *Renderer) renderEndpointJumps(w *lineBuf, st *svcState, sp *proxy.ServicePort, chain string, eps []proxy.Endpoint, g *globals) {
+func (r *Renderer) renderEndpointJumps(w *xtables.Lines, st *svcState, sp *proxy.ServicePort, chain string, eps []proxy.Endpoint, g *globals) {
 	if sp.SessionAffinity() {
 		for i := range eps {
 			e := &eps[i]
 			sep := st.sep(e.Addr)
-			w.rule(chain)
+			w.Rule(chain)
 			if !g.large {
-				w.comment(st.name, " -> ", e.Addr)
+				w.Comment(st.name, " -> ", e.Addr)
 			}
-			w.t("-m", "recent", "--name", sep, "--rcheck", "--seconds").num(sp.StickyMaxAgeSeconds).
-				t("--reap", "-j", sep).end()
+			w.T("-m", "recent", "--name", sep, "--rcheck", "--seconds").Num(sp.StickyMaxAgeSeconds).
+				T("--reap", "-j", sep).End()
 		}
 	}
 	n := len(eps)
 	for i := range eps {
 		e := &eps[i]
-		w.rule(chain)
+		w.Rule(chain)
 		if !g.large {
-			w.comment(st.name, " -> ", e.Addr)
+			w.Comment(st.name, " -> ", e.Addr)
 		}
 		if i < n-1 {
-			w.t("-m", "statistic", "--mode", "random", "--probability", r.probability(n-i))
+			w.T("-m", "statistic", "--mode", "random", "--probability", r.probability(n-i))
 		}
-		w.t("-j", st.sep(e.Addr)).end()
+		w.T("-j", st.sep(e.Addr)).End()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
+	"kube-proxy/rules/xtables"
 )
 
 // Dispatch: above dispatchOn Service ports, nat KUBE-SERVICES stops listing every cluster IP. It jumps, by
@@ -49,7 +50,7 @@ func isBucketChain(name string) bool {
 // chainOut is the rules of one shared chain for the render in progress.
 type chainOut struct {
 	table, name string
-	w           lineBuf
+	w           xtables.Lines
 	// write is set when the chain is declared and written in this payload: always on a full render,
 	// otherwise only when its rules differ from what the last render wrote.
 	write bool
@@ -75,7 +76,7 @@ func (s *sharedChains) get(table, name string) *chainOut {
 		c = &chainOut{table: table, name: name}
 		s.chains[key] = c
 	}
-	c.w.reset()
+	c.w.Reset()
 	c.write = false
 	return c
 }
@@ -83,7 +84,7 @@ func (s *sharedChains) get(table, name string) *chainOut {
 // settle decides whether c is written in this payload and records what was.
 func (s *sharedChains) settle(c *chainOut, full bool) {
 	key := c.table + "/" + c.name
-	h := maphash.Bytes(s.seed, c.w.b)
+	h := maphash.Bytes(s.seed, c.w.B)
 	if old, ok := s.written[key]; full || !ok || old != h {
 		c.write = true
 		s.written[key] = h
@@ -129,13 +130,13 @@ func (r *Renderer) buildNAT(snap *proxy.Snapshot, full bool, touched map[int]boo
 // buildMasquerade computes KUBE-POSTROUTING and KUBE-MARK-MASQ.
 func (r *Renderer) buildMasquerade() (post, masq *chainOut) {
 	post = r.shared.get("nat", chainPostrouting)
-	post.w.rule(chainPostrouting).t("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").end()
+	post.w.Rule(chainPostrouting).T("-m", "mark", "!", "--mark", r.mark+"/"+r.mark, "-j", "RETURN").End()
 	// Clear the mark so that a packet traversing the stack again is not masqueraded twice.
-	post.w.rule(chainPostrouting).t("-j", "MARK", "--xor-mark", r.mark).end()
-	post.w.rule(chainPostrouting).comment("kubernetes service traffic requiring SNAT").
-		t("-j", "MASQUERADE", "--random-fully").end()
+	post.w.Rule(chainPostrouting).T("-j", "MARK", "--xor-mark", r.mark).End()
+	post.w.Rule(chainPostrouting).Comment("kubernetes service traffic requiring SNAT").
+		T("-j", "MASQUERADE", "--random-fully").End()
 	masq = r.shared.get("nat", chainMarkMasq)
-	masq.w.rule(chainMarkMasq).t("-j", "MARK", "--or-mark", r.mark).end()
+	masq.w.Rule(chainMarkMasq).T("-j", "MARK", "--or-mark", r.mark).End()
 	return post, masq
 }
 
@@ -147,10 +148,10 @@ func (r *Renderer) buildServices(snap *proxy.Snapshot, counts *[256]int) (servic
 	if r.dispatch {
 		for b, n := range counts {
 			if n > 0 {
-				services.w.rule(chainServices).t("-d")
-				services.w.b = append(services.w.b, ' ')
-				services.w.b = bucketMatch(services.w.b, b, r.cfg.Family)
-				services.w.t("-j", bucketChains[b]).end()
+				services.w.Rule(chainServices).T("-d")
+				services.w.B = append(services.w.B, ' ')
+				services.w.B = bucketMatch(services.w.B, b, r.cfg.Family)
+				services.w.T("-j", bucketChains[b]).End()
 			}
 		}
 	}
@@ -159,17 +160,17 @@ func (r *Renderer) buildServices(snap *proxy.Snapshot, counts *[256]int) (servic
 	countLocalhost := r.cfg.LocalhostNodePortsActive(&snap.Node)
 	for _, st := range r.order {
 		if !r.dispatch {
-			services.w.b = append(services.w.b, st.frag(fragNATClusterIP)...)
-			services.w.lines += st.lines[fragNATClusterIP]
+			services.w.B = append(services.w.B, st.frag(fragNATClusterIP)...)
+			services.w.Lines += st.lines[fragNATClusterIP]
 		}
-		services.w.b = append(services.w.b, st.frag(fragNATServices)...)
-		services.w.lines += st.lines[fragNATServices]
+		services.w.B = append(services.w.B, st.frag(fragNATServices)...)
+		services.w.Lines += st.lines[fragNATServices]
 		if countLocalhost {
-			nodePorts.w.b = append(nodePorts.w.b, st.frag(fragNATNodePortsLocal)...)
-			nodePorts.w.lines += st.lines[fragNATNodePortsLocal]
+			nodePorts.w.B = append(nodePorts.w.B, st.frag(fragNATNodePortsLocal)...)
+			nodePorts.w.Lines += st.lines[fragNATNodePortsLocal]
 		}
-		nodePorts.w.b = append(nodePorts.w.b, st.frag(fragNATNodePorts)...)
-		nodePorts.w.lines += st.lines[fragNATNodePorts]
+		nodePorts.w.B = append(nodePorts.w.B, st.frag(fragNATNodePorts)...)
+		nodePorts.w.Lines += st.lines[fragNATNodePorts]
 	}
 	r.writeNodePortJumps(&services.w, snap)
 	return services, nodePorts
@@ -203,8 +204,8 @@ func (r *Renderer) buildBuckets(out []*chainOut, counts *[256]int, full bool, to
 		if c := bufs[bucketOf(st.sp.ClusterIP)]; c != nil {
 			// The fragment is "-A KUBE-SERVICES ...": the same rule in the bucket chain.
 			f := st.frag(fragNATClusterIP)
-			c.w.b = append(append(append(c.w.b, "-A "...), c.name...), f[len("-A "+chainServices):]...)
-			c.w.lines++
+			c.w.B = append(append(append(c.w.B, "-A "...), c.name...), f[len("-A "+chainServices):]...)
+			c.w.Lines++
 		}
 	}
 	for _, c := range bufs {
@@ -247,9 +248,9 @@ func (r *Renderer) buildFilter(snap *proxy.Snapshot, full bool) []*chainOut {
 		fw := r.shared.get("filter", chainKubeletFirewall)
 		// route_localnet opens 127.0.0.0/8 to the network (https://issue.k8s.io/90259): drop what arrives
 		// for loopback from elsewhere. Kubelet writes the same rule.
-		fw.w.rule(chainKubeletFirewall).comment("block incoming localnet connections").
-			t("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
-				"RELATED,ESTABLISHED,DNAT", "-j", "DROP").end()
+		fw.w.Rule(chainKubeletFirewall).Comment("block incoming localnet connections").
+			T("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate",
+				"RELATED,ESTABLISHED,DNAT", "-j", "DROP").End()
 		out = append(out, fw)
 	}
 	for _, part := range []struct {
@@ -259,8 +260,8 @@ func (r *Renderer) buildFilter(snap *proxy.Snapshot, full bool) []*chainOut {
 		{chainProxyFirewall, fragFilterFirewall}, {chainNodePorts, fragFilterNodePorts}} {
 		c := r.shared.get("filter", part.chain)
 		for _, st := range r.order {
-			c.w.b = append(c.w.b, st.frag(part.frag)...)
-			c.w.lines += st.lines[part.frag]
+			c.w.B = append(c.w.B, st.frag(part.frag)...)
+			c.w.Lines += st.lines[part.frag]
 		}
 		out = append(out, c)
 	}
@@ -268,16 +269,16 @@ func (r *Renderer) buildFilter(snap *proxy.Snapshot, full bool) []*chainOut {
 	if !r.cfg.TCPBeLiberal {
 		// Out-of-window packets would reset connections (https://issue.k8s.io/74839); those dropped are
 		// counted for kubeproxy_iptables_ct_state_invalid_dropped_packets_total when the counter exists.
-		fwd.w.rule(chainForward).t("-m", "conntrack", "--ctstate", "INVALID")
+		fwd.w.Rule(chainForward).T("-m", "conntrack", "--ctstate", "INVALID")
 		if r.cfg.NFAcct.InvalidDropped {
-			fwd.w.t("-m", "nfacct", "--nfacct-name", CounterInvalidDropped)
+			fwd.w.T("-m", "nfacct", "--nfacct-name", CounterInvalidDropped)
 		}
-		fwd.w.t("-j", "DROP").end()
+		fwd.w.T("-j", "DROP").End()
 	}
-	fwd.w.rule(chainForward).comment("kubernetes forwarding rules").
-		t("-m", "mark", "--mark", r.mark+"/"+r.mark, "-j", "ACCEPT").end()
-	fwd.w.rule(chainForward).comment("kubernetes forwarding conntrack rule").
-		t("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").end()
+	fwd.w.Rule(chainForward).Comment("kubernetes forwarding rules").
+		T("-m", "mark", "--mark", r.mark+"/"+r.mark, "-j", "ACCEPT").End()
+	fwd.w.Rule(chainForward).Comment("kubernetes forwarding conntrack rule").
+		T("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT").End()
 	out = append(out, fwd)
 	for _, c := range out {
 		r.shared.settle(c, full)

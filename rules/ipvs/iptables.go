@@ -68,7 +68,7 @@ type ruleWriter struct {
 	cfg         *Config
 	in          *ruleInputs
 	mark        string
-	nat, filter rulesBuf
+	nat, filter xtables.Lines
 }
 
 // name is the family's name of a set.
@@ -79,10 +79,10 @@ func (w *ruleWriter) comment(id setID) string { return strconv.Quote(setDefs[id]
 
 // setRule writes a rule to chain in b that matches set id with the direction flags dirs, behind the set's
 // comment, followed by rest.
-func (w *ruleWriter) setRule(b *rulesBuf, chain string, id setID, dirs string, rest ...string) {
+func (w *ruleWriter) setRule(b *xtables.Lines, chain string, id setID, dirs string, rest ...string) {
 	var buf [24]string // on the stack: the rules are written, not kept
 	args := append(buf[:0], "-m", "comment", "--comment", w.comment(id), "-m", "set", "--match-set", w.name(id), dirs)
-	b.rule(chain, append(args, rest...)...)
+	b.Add(chain, append(args, rest...)...)
 }
 
 // writeLoopbackReturn writes the rule that leaves traffic from a loopback address alone.
@@ -91,7 +91,7 @@ func (w *ruleWriter) writeLoopbackReturn() {
 	if w.cfg.Family == v1.IPv6Protocol {
 		loopback = "::1/128"
 	}
-	w.nat.rule(chainServices, "-s", loopback, "-j", "RETURN")
+	w.nat.Add(chainServices, "-s", loopback, "-j", "RETURN")
 }
 
 // writeSetRules writes setRules, for the sets that have members.
@@ -109,7 +109,7 @@ func (w *ruleWriter) writeSetRules() {
 			args = append(args, "-p", r.protoArgs)
 		}
 		args = append(args, "-m", "comment", "--comment", w.comment(r.set), "-m", "set", "--match-set", w.name(r.set), r.match, "-j", r.target)
-		b.rule(r.chain, args...)
+		b.Add(r.chain, args...)
 	}
 }
 
@@ -158,9 +158,9 @@ func (w *ruleWriter) acceptExternal(id setID) {
 // address goes on to the node ports, load-balancer traffic is masqueraded, and traffic outside the source
 // ranges is dropped.
 func (w *ruleWriter) writeChainDefaults() {
-	w.nat.rule(chainServices, "-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePort)
-	w.nat.rule(chainLoadBalancer, "-j", chainMarkMasq)
-	w.filter.rule(chainSourceRangesFirewall, "-j", "DROP")
+	w.nat.Add(chainServices, "-m", "addrtype", "--dst-type", "LOCAL", "-j", chainNodePort)
+	w.nat.Add(chainLoadBalancer, "-j", chainMarkMasq)
+	w.filter.Add(chainSourceRangesFirewall, "-j", "DROP")
 }
 
 // writeNoLocalDrops writes the drops of Local traffic policies without local endpoints (ours; upstream
@@ -182,7 +182,7 @@ func (w *ruleWriter) writeNoLocalDrops() {
 func (w *ruleWriter) writeNoNodeAccess() {
 	for _, e := range w.in.noNodeAccess {
 		ip := e.ip.String()
-		w.filter.rule(chainIPVSOutFilter, "-s", ip, "-m", "ipvs", "--vaddr", ip, "--vproto", e.proto.String(),
+		w.filter.Add(chainIPVSOutFilter, "-s", ip, "-m", "ipvs", "--vaddr", ip, "--vproto", e.proto.String(),
 			"--vport", strconv.Itoa(int(e.port)), "-j", "DROP")
 	}
 }
@@ -191,14 +191,14 @@ func (w *ruleWriter) writeNoNodeAccess() {
 // cluster and load-balancer IPs, marked and established forwarded traffic, and health-check node ports.
 func (w *ruleWriter) writeAccepts() {
 	if w.in.nonEmpty[setClusterIP] {
-		w.nat.rule(chainServices, "-m", "set", "--match-set", w.name(setClusterIP), "dst,dst", "-j", "ACCEPT")
+		w.nat.Add(chainServices, "-m", "set", "--match-set", w.name(setClusterIP), "dst,dst", "-j", "ACCEPT")
 	}
 	if w.in.nonEmpty[setLoadBalancer] {
-		w.nat.rule(chainServices, "-m", "set", "--match-set", w.name(setLoadBalancer), "dst,dst", "-j", "ACCEPT")
+		w.nat.Add(chainServices, "-m", "set", "--match-set", w.name(setLoadBalancer), "dst,dst", "-j", "ACCEPT")
 	}
-	w.filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding rules"`,
+	w.filter.Add(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding rules"`,
 		"-m", "mark", "--mark", w.mark+"/"+w.mark, "-j", "ACCEPT")
-	w.filter.rule(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding conntrack rule"`,
+	w.filter.Add(chainForward, "-m", "comment", "--comment", `"kubernetes forwarding conntrack rule"`,
 		"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
 	w.setRule(&w.filter, chainNodePort, setHealthCheckNodePort, "dst", "-j", "ACCEPT")
 }
@@ -208,21 +208,21 @@ func (w *ruleWriter) writeAccepts() {
 // otherwise be reachable through them).
 func (w *ruleWriter) writeIPVSFilter() {
 	for _, id := range []setID{setLoadBalancer, setClusterIP, setExternalIP, setExternalIPLocal} {
-		w.filter.rule(chainIPVSFilter, "-m", "set", "--match-set", w.name(id), "dst,dst", "-j", "RETURN")
+		w.filter.Add(chainIPVSFilter, "-m", "set", "--match-set", w.name(id), "dst,dst", "-j", "RETURN")
 	}
-	w.filter.rule(chainIPVSFilter, "-m", "set", "--match-set", w.name(setHealthCheckNodePort), "dst", "-j", "RETURN")
-	w.filter.rule(chainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW",
+	w.filter.Add(chainIPVSFilter, "-m", "set", "--match-set", w.name(setHealthCheckNodePort), "dst", "-j", "RETURN")
+	w.filter.Add(chainIPVSFilter, "-m", "conntrack", "--ctstate", "NEW",
 		"-m", "set", "--match-set", w.name(setIPVSIPs), "dst", "-j", "REJECT")
 }
 
 // writePostrouting writes the masquerading of marked traffic and the rule that marks it.
 func (w *ruleWriter) writePostrouting() {
 	mark := w.mark
-	w.nat.rule(chainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
-	w.nat.rule(chainPostrouting, "-j", "MARK", "--xor-mark", mark)
-	w.nat.rule(chainPostrouting, "-m", "comment", "--comment", `"kubernetes service traffic requiring SNAT"`,
+	w.nat.Add(chainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
+	w.nat.Add(chainPostrouting, "-j", "MARK", "--xor-mark", mark)
+	w.nat.Add(chainPostrouting, "-m", "comment", "--comment", `"kubernetes service traffic requiring SNAT"`,
 		"-j", "MASQUERADE", "--random-fully")
-	w.nat.rule(chainMarkMasq, "-j", "MARK", "--or-mark", mark)
+	w.nat.Add(chainMarkMasq, "-j", "MARK", "--or-mark", mark)
 }
 
 // payload assembles the tables: each declares its chains, holds its rules and commits.
@@ -236,9 +236,9 @@ func (w *ruleWriter) payload() []byte {
 			}
 		}
 		if table == "nat" {
-			out.Write(w.nat.b.Bytes())
+			out.Write(w.nat.B)
 		} else {
-			out.Write(w.filter.b.Bytes())
+			out.Write(w.filter.B)
 		}
 		out.WriteString("COMMIT\n")
 	}
@@ -277,10 +277,4 @@ func hasJump(save string, j xtables.JumpRule) bool {
 		}
 	}
 	return false
-}
-
-type rulesBuf struct{ b bytes.Buffer }
-
-func (r *rulesBuf) rule(chain string, args ...string) {
-	r.b.WriteString("-A " + chain + " " + strings.Join(args, " ") + "\n")
 }
