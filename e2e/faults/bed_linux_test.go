@@ -244,21 +244,6 @@ func logLine(d *harness.Daemon, offset int, re string) string {
 	return m
 }
 
-// sumMetric adds up every sample of a metric in the daemon's /metrics (0 when it has none).
-func sumMetric(d *harness.Daemon, name string) float64 {
-	var sum float64
-	for _, l := range strings.Split(d.Metrics(), "\n") {
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
 // lastStatus returns the last STATUS= line the daemon sent to its notify socket.
 func lastStatus(d *harness.Daemon) string {
 	st := ""

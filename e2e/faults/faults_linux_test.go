@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kube-proxy/e2e/harness"
+	"kube-proxy/e2e/probe"
 )
 
 // TestBaseline sends the rows' traffic for the apiserver row's length with no fault at all: the floor
@@ -417,7 +418,7 @@ func TestHostileObjects(t *testing.T) {
 			tr.WaitMore(t, 20)
 			res := tr.Stop()
 			alive(t, d, pid, "after the hostile objects")
-			skipped := sumMetric(d, "kubeproxy_skipped_api_objects_total")
+			skipped := probe.SumMetric(d.Metrics(), "kubeproxy_skipped_api_objects_total")
 			record(t, Row{Order: 70, Mode: mode, Fault: "malformed and hostile API objects",
 				Action: "a Service with 10,000 endpoints (10 slices), 250 KB of annotations, a Service switching type 4 times; port 0, port 70000 and a bad IP (the API server refuses all three)",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (all written, from the first)",

@@ -3,7 +3,7 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"kube-proxy/e2e/faults"
 	"kube-proxy/e2e/floor"
 	"kube-proxy/e2e/ipvsvm"
+	"kube-proxy/e2e/probe"
 )
 
 // The fault rows for mode ipvs: the daemon runs against the host's apiserver with traffic flowing from
@@ -287,30 +287,16 @@ func formatCodes(codes map[int]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// metric sums the samples of a metric of the daemon's /metrics whose labels contain label ("" for all).
+// metric sums the samples of a metric of the daemon's /metrics whose labels contain label ("" for all);
+// -1 when /metrics does not answer.
 func metric(name, label string) float64 {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://127.0.0.1:10249/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, body, err := probe.Get(ctx, http.DefaultClient, "http://127.0.0.1:10249/metrics")
 	if err != nil {
 		return -1
 	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		if label != "" && !strings.Contains(l, label) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
+	return probe.SumMetric(body, name, label)
 }
 
 // reachable polls addr from the client until one connection succeeds and says how long that took.
