@@ -14,6 +14,7 @@ import (
 
 	"kube-proxy/e2e/floor"
 	"kube-proxy/e2e/harness"
+	"kube-proxy/e2e/probe"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -149,7 +150,7 @@ func (b *bed) reachable(addr string, limit time.Duration) (time.Duration, error)
 }
 
 // observation is what a fault row watches while the fault lasts: connections to the bed's Services and the
-// daemon's /healthz, polled every second.
+// daemon's /healthz, polled every second (probe.NoAnswer when it does not answer within 5 s).
 type observation struct {
 	tr    *harness.Traffic
 	stop  chan struct{}
@@ -161,7 +162,9 @@ func (b *bed) observe(d *harness.Daemon, targets []harness.Target) *observation 
 	b.t.Helper()
 	o := &observation{tr: harness.StartTraffic(b.Topo.Client, targets), stop: make(chan struct{})}
 	o.tr.WaitFor(b.t, 20)
-	o.codes = healthProbe(d, time.Second, o.stop)
+	o.codes = probe.PollCodes(func() int {
+		return probe.StatusCode(d.NS.HTTPClient(), "http://127.0.0.1:10256/healthz", 5*time.Second)
+	}, time.Second, o.stop)
 	return o
 }
 
@@ -185,45 +188,6 @@ func (b *bed) change(name string, pod int) func(since time.Time) time.Duration {
 		}
 		return time.Since(since)
 	}
-}
-
-// healthProbe polls the daemon's /healthz every interval until stop is closed and returns the codes seen.
-func healthProbe(d *harness.Daemon, interval time.Duration, stop <-chan struct{}) <-chan map[int]int {
-	out := make(chan map[int]int, 1)
-	go func() {
-		codes := map[int]int{}
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			code, _, err := d.Get(10256, "/healthz")
-			if err != nil {
-				code = -1
-			}
-			codes[code]++
-			select {
-			case <-stop:
-				out <- codes
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return out
-}
-
-// formatCodes shows health codes as "200 ×12, 503 ×3".
-func formatCodes(codes map[int]int) string {
-	var parts []string
-	for _, c := range []int{200, 503, -1} {
-		if n := codes[c]; n > 0 {
-			name := fmt.Sprint(c)
-			if c == -1 {
-				name = "no answer"
-			}
-			parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // logLine returns the first line of the daemon's log (since offset bytes) matching re, shortened.

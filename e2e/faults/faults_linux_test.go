@@ -76,11 +76,11 @@ func TestAPIServerDown(t *testing.T) {
 			record(t, Row{Order: 10, Mode: mode, Fault: fmt.Sprintf("API server stopped for %v", down),
 				Action: "stop kube-apiserver with traffic to a cluster IP and a NodePort; start it; create a Service",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (new Service, from its creation)",
-				Sees: fmt.Sprintf("/healthz %s during the outage; log: %q", formatCodes(seen),
+				Sees: fmt.Sprintf("/healthz %s during the outage; log: %q", probe.FormatCodes(seen),
 					firstOf(logLine(d, offset, "connection refused"), logLine(d, offset, "Failed to watch"), "(nothing about it)"))})
 			expectNoFailures(t, "while the apiserver was down", res)
 			if len(seen) != 1 || seen[200] == 0 {
-				t.Errorf("/healthz during the outage: %s, want 200 only (nothing was queued)", formatCodes(seen))
+				t.Errorf("/healthz during the outage: %s, want 200 only (nothing was queued)", probe.FormatCodes(seen))
 			}
 			// Most of this time is the apiserver's: right after its restart its watch events come late.
 			// In a run on 2026-12-06 the Service was created at 48.26 s and first synced at 50.24 s,
@@ -211,7 +211,7 @@ func TestXtablesLockHeld(t *testing.T) {
 				Action: "flock -x on the xtables lock (iptables-legacy; iptables-nft takes none) with traffic flowing; create a Service while it is held",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (the new Service, from the release)",
 				Sees: fmt.Sprintf("/healthz %s while held (503 once the change waited 2 × syncPeriod: %v); iptables-restore waits on the lock; kubeproxy_sync_proxy_rules_failures_total %v",
-					formatCodes(seen), 2*syncPeriod, d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total"))})
+					probe.FormatCodes(seen), 2*syncPeriod, d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total"))})
 			expectNoFailures(t, "while the lock was held", res)
 		})
 	}
@@ -261,13 +261,13 @@ func TestApplyFailing(t *testing.T) {
 				Action: how + ", with traffic flowing; a Service created halfway; then the failures stop",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (the waiting Service, from the recovery)",
 				Sees: fmt.Sprintf("no restart; /healthz %s (503 only once the change had waited 2 × syncPeriod); kubeproxy_sync_proxy_rules_failures_total %v; STATUS %q",
-					formatCodes(seen), syncFailures, status)})
+					probe.FormatCodes(seen), syncFailures, status)})
 			expectNoFailures(t, "while applies failed", res)
 			if !strings.Contains(status, "sync failing") {
 				t.Errorf("STATUS while applies failed: %q, want it to say so", status)
 			}
 			if seen[503] == 0 || seen[200] == 0 {
-				t.Errorf("/healthz: %s, want 200 before the change and 503 once it waited", formatCodes(seen))
+				t.Errorf("/healthz: %s, want 200 before the change and 503 once it waited", probe.FormatCodes(seen))
 			}
 		})
 	}

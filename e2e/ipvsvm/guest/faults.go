@@ -250,41 +250,29 @@ func within(what string, d, limit time.Duration) error {
 	return nil
 }
 
-// healthz returns the daemon's /healthz code, -1 for no answer.
+// healthz returns the daemon's /healthz code, probe.NoAnswer (-1) for no answer.
 func healthz() int {
 	code, err := healthzErr("127.0.0.1:10256")
 	if err != nil {
-		return -1
+		return probe.NoAnswer
 	}
 	return code
 }
 
 func healthzErr(hostPort string) (int, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + hostPort + "/healthz")
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	code, _, err := probe.Get(ctx, http.DefaultClient, "http://"+hostPort+"/healthz")
+	return code, err
 }
 
-// formatCodes shows health codes as e2e/faults does: "200 ×12, 503 ×3".
+// formatCodes shows health codes as e2e/faults does (probe.FormatCodes: "200 ×12, 503 ×3"), "not asked"
+// when there are none.
 func formatCodes(codes map[int]int) string {
-	var parts []string
-	for _, c := range []int{200, 503, -1} {
-		if n := codes[c]; n > 0 {
-			name := fmt.Sprint(c)
-			if c == -1 {
-				name = "no answer"
-			}
-			parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
-		}
+	if s := probe.FormatCodes(codes); s != "" {
+		return s
 	}
-	if len(parts) == 0 {
-		return "not asked"
-	}
-	return strings.Join(parts, ", ")
+	return "not asked"
 }
 
 // metric sums the samples of a metric of the daemon's /metrics whose labels contain label ("" for all);
