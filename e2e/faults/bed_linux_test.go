@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,38 +189,15 @@ func (b *bed) change(name string, pod int) func(since time.Time) time.Duration {
 	}
 }
 
-// logLine returns the first line of the daemon's log (since offset bytes) matching re, shortened.
-func logLine(d *harness.Daemon, offset int, re string) string {
-	log := d.Proc.Log()
-	if offset > len(log) {
-		offset = 0
-	}
-	m := regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:])
-	m = strings.TrimSpace(m)
-	// Drop klog's header (level, date, time, pid, file:line).
-	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
-		m = m[i+2:]
-	}
-	if len(m) > 160 {
-		m = m[:160] + "…"
-	}
-	return m
-}
-
-// lastStatus returns the last STATUS= line the daemon sent to its notify socket.
+// lastStatus returns the last STATUS= line the daemon (its current process) sent to its notify socket.
 func lastStatus(d *harness.Daemon) string {
-	st := ""
+	var texts []string
 	for _, m := range d.Notify.Received() {
-		if m.PID != d.Proc.PID() {
-			continue
-		}
-		for _, l := range strings.Split(m.Text, "\n") {
-			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
-				st = s
-			}
+		if m.PID == d.Proc.PID() {
+			texts = append(texts, m.Text)
 		}
 	}
-	return st
+	return probe.LastStatus(texts)
 }
 
 // record adds a row, failing the test if it cannot be written.

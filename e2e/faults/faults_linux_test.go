@@ -77,7 +77,7 @@ func TestAPIServerDown(t *testing.T) {
 				Action: "stop kube-apiserver with traffic to a cluster IP and a NodePort; start it; create a Service",
 				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (new Service, from its creation)",
 				Sees: fmt.Sprintf("/healthz %s during the outage; log: %q", probe.FormatCodes(seen),
-					firstOf(logLine(d, offset, "connection refused"), logLine(d, offset, "Failed to watch"), "(nothing about it)"))})
+					firstOf(probe.LogLine(d.Proc.Log(), offset, "connection refused"), probe.LogLine(d.Proc.Log(), offset, "Failed to watch"), "(nothing about it)"))})
 			expectNoFailures(t, "while the apiserver was down", res)
 			if len(seen) != 1 || seen[200] == 0 {
 				t.Errorf("/healthz during the outage: %s, want 200 only (nothing was queued)", probe.FormatCodes(seen))
@@ -456,7 +456,7 @@ func TestHealthPortBusy(t *testing.T) {
 			record(t, Row{Order: 80, Mode: mode, Fault: fmt.Sprintf("health port busy at start (%v)", busyFor),
 				Action: "another process listens on 127.0.0.1:10256 when the daemon starts; it lets go after " + busyFor.String(),
 				Sent:   1, Failed: 0, Converge: Seconds(converge) + " (/healthz from the release; tries every 5 s)",
-				Sees: fmt.Sprintf("READY=1 and rules at once; log: %q", logLine(d, 0, "Cannot listen"))})
+				Sees: fmt.Sprintf("READY=1 and rules at once; log: %q", probe.LogLine(d.Proc.Log(), 0, "Cannot listen"))})
 		})
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kube-proxy/e2e/probe"
 )
 
 // kp is one daemon process: its log in a file, its sd_notify messages on a socket of its own.
@@ -134,15 +136,7 @@ func (d *kp) alive(when string) error {
 func (d *kp) status() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := ""
-	for _, m := range d.msgs {
-		for _, l := range strings.Split(m, "\n") {
-			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
-				st = s
-			}
-		}
-	}
-	return st
+	return probe.LastStatus(d.msgs)
 }
 
 func (d *kp) log() string {
@@ -153,21 +147,8 @@ func (d *kp) log() string {
 func (d *kp) logSize() int { return len(d.log()) }
 
 // logLine returns the first line of the log (from offset bytes) matching re, without klog's header,
-// shortened as e2e/faults does.
-func (d *kp) logLine(offset int, re string) string {
-	log := d.log()
-	if offset > len(log) {
-		offset = 0
-	}
-	m := strings.TrimSpace(regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:]))
-	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
-		m = m[i+2:]
-	}
-	if len(m) > 160 {
-		m = m[:160] + "…"
-	}
-	return m
-}
+// shortened as e2e/faults does (probe.LogLine).
+func (d *kp) logLine(offset int, re string) string { return probe.LogLine(d.log(), offset, re) }
 
 // syncedAt reads the first full IPv4 sync's log line: when it ended and how long it took.
 func (d *kp) syncedAt() (time.Time, time.Duration, bool) {
