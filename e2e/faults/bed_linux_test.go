@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -11,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"kube-proxy/e2e/floor"
 	"kube-proxy/e2e/harness"
 	"kube-proxy/e2e/probe"
 )
@@ -91,17 +91,6 @@ func (b *bed) web() []harness.Target {
 	}
 }
 
-// failures counts the failed connections of a traffic run.
-func failures(res []harness.HitResult) int {
-	n := 0
-	for _, r := range res {
-		if r.Err != "" {
-			n++
-		}
-	}
-	return n
-}
-
 // expectNoFailures fails t when connections to existing Services failed during a fault. Isolated timeouts
 // at the host's floor (package kube-proxy/e2e/floor: at most one per ten thousand connections, rounded
 // up, none within 50 connections of another) are logged rather than failed: the baseline row
@@ -109,11 +98,11 @@ func failures(res []harness.HitResult) int {
 // timeout; the rows still count them. Any refusal or reset, or more timeouts, fails.
 func expectNoFailures(t *testing.T, what string, res []harness.HitResult) {
 	t.Helper()
-	n := failures(res)
+	n := probe.Failures(res)
 	if n == 0 {
 		return
 	}
-	if floor.Excused(len(res), func(i int) string { return res[i].Err }) == n {
+	if probe.WithinFloor(res) {
 		t.Logf("%s: %d of %d connections timed out (within the baseline's floor): %s", what, n, len(res), failed(res))
 		return
 	}
@@ -133,19 +122,19 @@ func failed(res []harness.HitResult) string {
 
 // reachable polls addr from the client until one connection succeeds, and returns how long it took.
 func (b *bed) reachable(addr string, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
-	for {
+	took, err := probe.Reachable(limit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		res, _ := harness.HitWith(ctx, b.Topo.Client, "tcp", addr, 1, harness.HitOptions{Timeout: 500 * time.Millisecond})
-		cancel()
 		if len(res) == 1 && res[0].Err == "" {
-			return time.Since(start), nil
+			return nil
 		}
-		if time.Since(start) > limit {
-			return time.Since(start), fmt.Errorf("%s not reachable within %v", addr, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("no answer")
+	})
+	if err != nil {
+		return took, fmt.Errorf("%s not reachable within %v", addr, limit)
 	}
+	return took, nil
 }
 
 // observation is what a fault row watches while the fault lasts: connections to the bed's Services and the

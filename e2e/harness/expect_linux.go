@@ -95,17 +95,12 @@ func ExpectAllFail(t testing.TB, label string, res []HitResult, class string) {
 // timeouts at this host's floor (the rule of package kube-proxy/e2e/floor).
 func ExpectNoFailures(t testing.TB, label string, res []HitResult) {
 	t.Helper()
-	fails := 0
-	for _, r := range res {
-		if r.Err != "" {
-			fails++
-		}
-	}
+	fails := probe.Failures(res)
 	t.Logf("%s: %d connections, %d failed", label, len(res), fails)
 	if fails == 0 {
 		return
 	}
-	if floor.Excused(len(res), func(i int) string { return res[i].Err }) == fails {
+	if probe.WithinFloor(res) {
 		t.Logf("%s: %d isolated timeouts tolerated, at most one per %d connections: this host's floor", label, fails, floor.ConnectionsPerTimeout)
 		return
 	}

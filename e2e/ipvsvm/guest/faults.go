@@ -289,15 +289,14 @@ func metric(name, label string) float64 {
 
 // reachable polls addr from the client until one connection succeeds and says how long that took.
 func reachable(target string, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
-	for {
-		if _, _, err := onceIn("client", "tcp", target, 500*time.Millisecond); err == nil {
-			return time.Since(start), nil
-		} else if time.Since(start) > limit {
-			return time.Since(start), fmt.Errorf("%s not reachable within %v: %v", target, limit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	took, err := probe.Reachable(limit, func() error {
+		_, _, err := onceIn("client", "tcp", target, 500*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return took, fmt.Errorf("%s not reachable within %v: %v", target, limit, err)
 	}
+	return took, nil
 }
 
 // onceIn is once from namespace ns.
