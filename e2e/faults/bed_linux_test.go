@@ -2,9 +2,9 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,8 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"kube-proxy/e2e/floor"
 	"kube-proxy/e2e/harness"
+	"kube-proxy/e2e/probe"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }
@@ -91,17 +91,6 @@ func (b *bed) web() []harness.Target {
 	}
 }
 
-// failures counts the failed connections of a traffic run.
-func failures(res []harness.HitResult) int {
-	n := 0
-	for _, r := range res {
-		if r.Err != "" {
-			n++
-		}
-	}
-	return n
-}
-
 // expectNoFailures fails t when connections to existing Services failed during a fault. Isolated timeouts
 // at the host's floor (package kube-proxy/e2e/floor: at most one per ten thousand connections, rounded
 // up, none within 50 connections of another) are logged rather than failed: the baseline row
@@ -109,11 +98,11 @@ func failures(res []harness.HitResult) int {
 // timeout; the rows still count them. Any refusal or reset, or more timeouts, fails.
 func expectNoFailures(t *testing.T, what string, res []harness.HitResult) {
 	t.Helper()
-	n := failures(res)
+	n := probe.Failures(res)
 	if n == 0 {
 		return
 	}
-	if floor.Excused(len(res), func(i int) string { return res[i].Err }) == n {
+	if probe.WithinFloor(res) {
 		t.Logf("%s: %d of %d connections timed out (within the baseline's floor): %s", what, n, len(res), failed(res))
 		return
 	}
@@ -133,23 +122,23 @@ func failed(res []harness.HitResult) string {
 
 // reachable polls addr from the client until one connection succeeds, and returns how long it took.
 func (b *bed) reachable(addr string, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
-	for {
+	took, err := probe.Reachable(limit, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		res, _ := harness.HitWith(ctx, b.Topo.Client, "tcp", addr, 1, harness.HitOptions{Timeout: 500 * time.Millisecond})
-		cancel()
 		if len(res) == 1 && res[0].Err == "" {
-			return time.Since(start), nil
+			return nil
 		}
-		if time.Since(start) > limit {
-			return time.Since(start), fmt.Errorf("%s not reachable within %v", addr, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return errors.New("no answer")
+	})
+	if err != nil {
+		return took, fmt.Errorf("%s not reachable within %v", addr, limit)
 	}
+	return took, nil
 }
 
 // observation is what a fault row watches while the fault lasts: connections to the bed's Services and the
-// daemon's /healthz, polled every second.
+// daemon's /healthz, polled every second (probe.NoAnswer when it does not answer within 5 s).
 type observation struct {
 	tr    *harness.Traffic
 	stop  chan struct{}
@@ -161,7 +150,9 @@ func (b *bed) observe(d *harness.Daemon, targets []harness.Target) *observation 
 	b.t.Helper()
 	o := &observation{tr: harness.StartTraffic(b.Topo.Client, targets), stop: make(chan struct{})}
 	o.tr.WaitFor(b.t, 20)
-	o.codes = healthProbe(d, time.Second, o.stop)
+	o.codes = probe.PollCodes(func() int {
+		return probe.StatusCode(d.NS.HTTPClient(), "http://127.0.0.1:10256/healthz", 5*time.Second)
+	}, time.Second, o.stop)
 	return o
 }
 
@@ -187,92 +178,15 @@ func (b *bed) change(name string, pod int) func(since time.Time) time.Duration {
 	}
 }
 
-// healthProbe polls the daemon's /healthz every interval until stop is closed and returns the codes seen.
-func healthProbe(d *harness.Daemon, interval time.Duration, stop <-chan struct{}) <-chan map[int]int {
-	out := make(chan map[int]int, 1)
-	go func() {
-		codes := map[int]int{}
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			code, _, err := d.Get(10256, "/healthz")
-			if err != nil {
-				code = -1
-			}
-			codes[code]++
-			select {
-			case <-stop:
-				out <- codes
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return out
-}
-
-// formatCodes shows health codes as "200 ×12, 503 ×3".
-func formatCodes(codes map[int]int) string {
-	var parts []string
-	for _, c := range []int{200, 503, -1} {
-		if n := codes[c]; n > 0 {
-			name := fmt.Sprint(c)
-			if c == -1 {
-				name = "no answer"
-			}
-			parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// logLine returns the first line of the daemon's log (since offset bytes) matching re, shortened.
-func logLine(d *harness.Daemon, offset int, re string) string {
-	log := d.Proc.Log()
-	if offset > len(log) {
-		offset = 0
-	}
-	m := regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:])
-	m = strings.TrimSpace(m)
-	// Drop klog's header (level, date, time, pid, file:line).
-	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
-		m = m[i+2:]
-	}
-	if len(m) > 160 {
-		m = m[:160] + "…"
-	}
-	return m
-}
-
-// sumMetric adds up every sample of a metric in the daemon's /metrics (0 when it has none).
-func sumMetric(d *harness.Daemon, name string) float64 {
-	var sum float64
-	for _, l := range strings.Split(d.Metrics(), "\n") {
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
-// lastStatus returns the last STATUS= line the daemon sent to its notify socket.
+// lastStatus returns the last STATUS= line the daemon (its current process) sent to its notify socket.
 func lastStatus(d *harness.Daemon) string {
-	st := ""
+	var texts []string
 	for _, m := range d.Notify.Received() {
-		if m.PID != d.Proc.PID() {
-			continue
-		}
-		for _, l := range strings.Split(m.Text, "\n") {
-			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
-				st = s
-			}
+		if m.PID == d.Proc.PID() {
+			texts = append(texts, m.Text)
 		}
 	}
-	return st
+	return probe.LastStatus(texts)
 }
 
 // record adds a row, failing the test if it cannot be written.

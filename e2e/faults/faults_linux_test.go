@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kube-proxy/e2e/harness"
+	"kube-proxy/e2e/probe"
 )
 
 // TestBaseline sends the rows' traffic for the apiserver row's length with no fault at all: the floor
@@ -33,7 +34,7 @@ func TestBaseline(t *testing.T) {
 			res := tr.Stop()
 			record(t, Row{Order: 5, Mode: mode, Fault: fmt.Sprintf("none: the baseline, %v", d),
 				Action: "the same traffic as the other rows (4 connections at a time to a cluster IP and a NodePort, 2 s each) and nothing else",
-				Sent:   len(res), Failed: failures(res), Sees: "the floor for the other rows' failed connections: " + orNone(failed(res))})
+				Sent:   len(res), Failed: probe.Failures(res), Sees: "the floor for the other rows' failed connections: " + orNone(failed(res))})
 		})
 	}
 }
@@ -74,12 +75,12 @@ func TestAPIServerDown(t *testing.T) {
 			alive(t, d, pid, "after the outage")
 			record(t, Row{Order: 10, Mode: mode, Fault: fmt.Sprintf("API server stopped for %v", down),
 				Action: "stop kube-apiserver with traffic to a cluster IP and a NodePort; start it; create a Service",
-				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (new Service, from its creation)",
-				Sees: fmt.Sprintf("/healthz %s during the outage; log: %q", formatCodes(seen),
-					firstOf(logLine(d, offset, "connection refused"), logLine(d, offset, "Failed to watch"), "(nothing about it)"))})
+				Sent:   len(res), Failed: probe.Failures(res), Converge: Seconds(converge) + " (new Service, from its creation)",
+				Sees: fmt.Sprintf("/healthz %s during the outage; log: %q", probe.FormatCodes(seen),
+					firstOf(probe.LogLine(d.Proc.Log(), offset, "connection refused"), probe.LogLine(d.Proc.Log(), offset, "Failed to watch"), "(nothing about it)"))})
 			expectNoFailures(t, "while the apiserver was down", res)
 			if len(seen) != 1 || seen[200] == 0 {
-				t.Errorf("/healthz during the outage: %s, want 200 only (nothing was queued)", formatCodes(seen))
+				t.Errorf("/healthz during the outage: %s, want 200 only (nothing was queued)", probe.FormatCodes(seen))
 			}
 			// Most of this time is the apiserver's: right after its restart its watch events come late.
 			// In a run on 2026-12-06 the Service was created at 48.26 s and first synced at 50.24 s,
@@ -183,7 +184,7 @@ func TestKillDuringSync(t *testing.T) {
 			record(t, Row{Order: 30, Mode: mode, Fault: "kill -9 during a sync",
 				Action: fmt.Sprintf("SIGKILL halfway through the first sync of a restart that adds a %d-endpoint Service (sync ≈ %v); start again",
 					big, firstSync.Round(100*time.Millisecond)),
-				Sent: len(res), Failed: failures(res), Converge: Seconds(converge) + " (restart to READY=1)",
+				Sent: len(res), Failed: probe.Failures(res), Converge: Seconds(converge) + " (restart to READY=1)",
 				Sees: "READY=1 of the new process after its first sync; no duplicate or stale rules (e2e/iptables, e2e/nftables check them)"})
 			expectNoFailures(t, "around the kill", res)
 			_ = d3
@@ -208,9 +209,9 @@ func TestXtablesLockHeld(t *testing.T) {
 			alive(t, d, pid, "after the lock was released")
 			record(t, Row{Order: 40 + i, Mode: "iptables", Fault: fmt.Sprintf("xtables lock held for %v", hold),
 				Action: "flock -x on the xtables lock (iptables-legacy; iptables-nft takes none) with traffic flowing; create a Service while it is held",
-				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (the new Service, from the release)",
+				Sent:   len(res), Failed: probe.Failures(res), Converge: Seconds(converge) + " (the new Service, from the release)",
 				Sees: fmt.Sprintf("/healthz %s while held (503 once the change waited 2 × syncPeriod: %v); iptables-restore waits on the lock; kubeproxy_sync_proxy_rules_failures_total %v",
-					formatCodes(seen), 2*syncPeriod, d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total"))})
+					probe.FormatCodes(seen), 2*syncPeriod, d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total"))})
 			expectNoFailures(t, "while the lock was held", res)
 		})
 	}
@@ -258,15 +259,15 @@ func TestApplyFailing(t *testing.T) {
 			syncFailures := d.MetricOverFamilies(t, "kubeproxy_sync_proxy_rules_failures_total")
 			record(t, Row{Order: 50, Mode: mode, Fault: fmt.Sprintf("every write of the rules failing for %v", failFor),
 				Action: how + ", with traffic flowing; a Service created halfway; then the failures stop",
-				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (the waiting Service, from the recovery)",
+				Sent:   len(res), Failed: probe.Failures(res), Converge: Seconds(converge) + " (the waiting Service, from the recovery)",
 				Sees: fmt.Sprintf("no restart; /healthz %s (503 only once the change had waited 2 × syncPeriod); kubeproxy_sync_proxy_rules_failures_total %v; STATUS %q",
-					formatCodes(seen), syncFailures, status)})
+					probe.FormatCodes(seen), syncFailures, status)})
 			expectNoFailures(t, "while applies failed", res)
 			if !strings.Contains(status, "sync failing") {
 				t.Errorf("STATUS while applies failed: %q, want it to say so", status)
 			}
 			if seen[503] == 0 || seen[200] == 0 {
-				t.Errorf("/healthz: %s, want 200 before the change and 503 once it waited", formatCodes(seen))
+				t.Errorf("/healthz: %s, want 200 before the change and 503 once it waited", probe.FormatCodes(seen))
 			}
 		})
 	}
@@ -338,7 +339,7 @@ func TestReloadFaults(t *testing.T) {
 				alive(t, d, pid, "after the reload")
 				record(t, Row{Order: 60 + i, Mode: mode, Fault: c.fault,
 					Action: c.edit + ", SIGHUP (systemctl reload) with traffic flowing",
-					Sent:   len(res), Failed: failures(res), Converge: "nothing to converge: refused",
+					Sent:   len(res), Failed: probe.Failures(res), Converge: "nothing to converge: refused",
 					Sees: fmt.Sprintf("kubeproxy_config_reloads_total{result=%q} +1; STATUS %q; /healthz %d on the old address (%v)",
 						c.result, lastStatus(d), code, err)})
 				expectNoFailures(t, c.fault, res)
@@ -417,10 +418,10 @@ func TestHostileObjects(t *testing.T) {
 			tr.WaitMore(t, 20)
 			res := tr.Stop()
 			alive(t, d, pid, "after the hostile objects")
-			skipped := sumMetric(d, "kubeproxy_skipped_api_objects_total")
+			skipped := probe.SumMetric(d.Metrics(), "kubeproxy_skipped_api_objects_total")
 			record(t, Row{Order: 70, Mode: mode, Fault: "malformed and hostile API objects",
 				Action: "a Service with 10,000 endpoints (10 slices), 250 KB of annotations, a Service switching type 4 times; port 0, port 70000 and a bad IP (the API server refuses all three)",
-				Sent:   len(res), Failed: failures(res), Converge: Seconds(converge) + " (all written, from the first)",
+				Sent:   len(res), Failed: probe.Failures(res), Converge: Seconds(converge) + " (all written, from the first)",
 				Sees: fmt.Sprintf("no crash, no restart; kubeproxy_skipped_api_objects_total %v; API refusals %d/3", skipped, len(refused))})
 			expectNoFailures(t, "to another Service", res)
 		})
@@ -455,7 +456,7 @@ func TestHealthPortBusy(t *testing.T) {
 			record(t, Row{Order: 80, Mode: mode, Fault: fmt.Sprintf("health port busy at start (%v)", busyFor),
 				Action: "another process listens on 127.0.0.1:10256 when the daemon starts; it lets go after " + busyFor.String(),
 				Sent:   1, Failed: 0, Converge: Seconds(converge) + " (/healthz from the release; tries every 5 s)",
-				Sees: fmt.Sprintf("READY=1 and rules at once; log: %q", logLine(d, 0, "Cannot listen"))})
+				Sees: fmt.Sprintf("READY=1 and rules at once; log: %q", probe.LogLine(d.Proc.Log(), 0, "Cannot listen"))})
 		})
 	}
 }
@@ -483,7 +484,7 @@ func TestChurn(t *testing.T) {
 			}
 			record(t, Row{Order: 90, Mode: mode, Fault: fmt.Sprintf("churn: %d endpoint changes over %d Services", changes, services),
 				Action: "rewrite one Service's EndpointSlice after another as fast as the API takes them, traffic to another Service",
-				Sent:   len(res), Failed: failures(res), Converge: fmt.Sprintf("%.0f changes/s", float64(changes)/last.at.Sub(samples[0].at).Seconds()),
+				Sent:   len(res), Failed: probe.Failures(res), Converge: fmt.Sprintf("%.0f changes/s", float64(changes)/last.at.Sub(samples[0].at).Seconds()),
 				Sees: fmt.Sprintf("RSS %s at 10 %%, %s at the end (peak %s); goroutines %d → %d",
 					mib(first.rss), mib(last.rss), mib(peakRSS), first.goroutines, last.goroutines)})
 			expectNoFailures(t, "during the churn", res)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"kube-proxy/e2e/probe"
 )
 
 // Cluster is a real etcd and kube-apiserver running on loopback, started by StartCluster. There is no
@@ -316,7 +318,7 @@ func (c *Cluster) LogTail(n int) string {
 		if err != nil {
 			return fmt.Sprintf("(%v)", err)
 		}
-		return tail(string(b), n)
+		return probe.Tail(string(b), n)
 	}
 	return "--- kube-apiserver log tail ---\n" + read(c.APIServerLogPath()) +
 		"\n--- etcd log tail ---\n" + read(c.EtcdLogPath())
@@ -432,7 +434,7 @@ func startError(name, logPath string, err error) error {
 		err = errors.Join(err, errAddrInUse)
 	}
 	b, _ := os.ReadFile(logPath)
-	return fmt.Errorf("%s did not become ready: %w\n--- %s (tail) ---\n%s", name, err, logPath, tail(string(b), 30))
+	return fmt.Errorf("%s did not become ready: %w\n--- %s (tail) ---\n%s", name, err, logPath, probe.Tail(string(b), 30))
 }
 
 // freePorts returns n distinct loopback TCP ports that were free a moment ago.

@@ -3,8 +3,6 @@ package harness
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kube-proxy/e2e/probe"
 )
 
 // EnvBinary names the kube-proxy binary under test (make sets it to bin/kube-proxy); without it the
@@ -262,17 +262,7 @@ func (d *Daemon) writeRawConfig(body string) error {
 func (d *Daemon) Get(port int, path string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := d.NS.HTTPClient().Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	return probe.Get(ctx, d.NS.HTTPClient(), fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
 }
 
 // Metrics returns the daemon's /metrics text.

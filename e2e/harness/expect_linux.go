@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"kube-proxy/e2e/floor"
+	"kube-proxy/e2e/probe"
 )
 
 // Eventually polls cond every 100 ms until it holds, failing t after timeout with what and cond's last
@@ -94,17 +95,12 @@ func ExpectAllFail(t testing.TB, label string, res []HitResult, class string) {
 // timeouts at this host's floor (the rule of package kube-proxy/e2e/floor).
 func ExpectNoFailures(t testing.TB, label string, res []HitResult) {
 	t.Helper()
-	fails := 0
-	for _, r := range res {
-		if r.Err != "" {
-			fails++
-		}
-	}
+	fails := probe.Failures(res)
 	t.Logf("%s: %d connections, %d failed", label, len(res), fails)
 	if fails == 0 {
 		return
 	}
-	if floor.Excused(len(res), func(i int) string { return res[i].Err }) == fails {
+	if probe.WithinFloor(res) {
 		t.Logf("%s: %d isolated timeouts tolerated, at most one per %d connections: this host's floor", label, fails, floor.ConnectionsPerTimeout)
 		return
 	}
@@ -134,27 +130,9 @@ func GatewayOf(pod string) string {
 }
 
 // MetricValue returns the value of the first sample of name in a Prometheus text body whose labels
-// contain every one of labels (each written `key="value"`).
+// contain every one of labels (each written `key="value"`): probe.MetricValue.
 func MetricValue(body, name string, labels ...string) (float64, bool) {
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, l := range labels {
-			if !strings.Contains(line, l) {
-				ok = false
-				break
-			}
-		}
-		if !ok {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		return v, err == nil
-	}
-	return 0, false
+	return probe.MetricValue(body, name, labels...)
 }
 
 // CheckHealthCheckNodePort fetches a Service's health check node port from ns through NodeIP until it

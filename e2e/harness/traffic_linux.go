@@ -1,81 +1,42 @@
 package harness
 
 import (
-	"context"
 	"net"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"kube-proxy/e2e/probe"
 )
 
-// Target is one address Traffic connects to.
-type Target struct{ Network, Addr string }
+// Target is one address Traffic connects to (probe.Target).
+type Target = probe.Target
 
 // Traffic keeps making new connections to its targets, round robin, until stopped, and keeps every
-// result: a test proves that a change (a restart, a reload, a handover) loses no connection.
+// result: a test proves that a change (a restart, a reload, a handover) loses no connection. It is a
+// probe.Traffic whose waits fail a test.
 type Traffic struct {
-	mu       sync.Mutex
-	results  []HitResult
-	stopping chan struct{}
-	once     sync.Once
-	done     chan struct{}
+	*probe.Traffic
 }
 
 // StartTraffic starts connections from ns to the targets in a loop: each round makes 4 new connections
 // to every target, 4 at a time, each with a 2 s timeout. Call Stop to end it.
 func StartTraffic(from *NetNS, targets []Target) *Traffic {
-	tr := &Traffic{stopping: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(tr.done)
-		for {
-			for _, tg := range targets {
-				select {
-				case <-tr.stopping:
-					return
-				default:
-				}
-				res, _ := HitWith(context.Background(), from, tg.Network, tg.Addr, 4, HitOptions{Concurrency: 4, Timeout: 2 * time.Second})
-				tr.mu.Lock()
-				tr.results = append(tr.results, res...)
-				tr.mu.Unlock()
-			}
-		}
-	}()
-	return tr
+	return &Traffic{probe.StartTraffic(dialer(from), targets)}
 }
 
-// Count returns how many connections have completed.
-func (tr *Traffic) Count() int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return len(tr.results)
-}
-
-// WaitFor waits (a minute at most) until at least n connections have completed.
+// WaitFor waits (a minute at most) until at least n connections have completed, failing t otherwise.
 func (tr *Traffic) WaitFor(t testing.TB, n int) {
 	t.Helper()
-	Eventually(t, strconv.Itoa(n)+" connections", time.Minute, func() (bool, string) {
-		c := tr.Count()
-		return c >= n, strconv.Itoa(c) + " so far"
-	})
+	if err := tr.Traffic.WaitFor(n, time.Minute); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // WaitMore waits for n more connections than have completed so far.
 func (tr *Traffic) WaitMore(t testing.TB, n int) {
 	t.Helper()
 	tr.WaitFor(t, tr.Count()+n)
-}
-
-// Stop ends the loop once the connections under way are done (2 s at most), so that every connection
-// made is in the results, and returns them. It is idempotent.
-func (tr *Traffic) Stop() []HitResult {
-	tr.once.Do(func() { close(tr.stopping) })
-	<-tr.done
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return tr.results
 }
 
 // UDPFlow is one UDP socket in a namespace, connected to an address: every datagram it sends belongs to

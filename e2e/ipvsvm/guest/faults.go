@@ -3,7 +3,7 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"kube-proxy/e2e/faults"
 	"kube-proxy/e2e/floor"
 	"kube-proxy/e2e/ipvsvm"
+	"kube-proxy/e2e/probe"
 )
 
 // The fault rows for mode ipvs: the daemon runs against the host's apiserver with traffic flowing from
@@ -250,80 +250,53 @@ func within(what string, d, limit time.Duration) error {
 	return nil
 }
 
-// healthz returns the daemon's /healthz code, -1 for no answer.
+// healthz returns the daemon's /healthz code, probe.NoAnswer (-1) for no answer.
 func healthz() int {
 	code, err := healthzErr("127.0.0.1:10256")
 	if err != nil {
-		return -1
+		return probe.NoAnswer
 	}
 	return code
 }
 
 func healthzErr(hostPort string) (int, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + hostPort + "/healthz")
-	if err != nil {
-		return 0, err
-	}
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	code, _, err := probe.Get(ctx, http.DefaultClient, "http://"+hostPort+"/healthz")
+	return code, err
 }
 
-// formatCodes shows health codes as e2e/faults does: "200 ×12, 503 ×3".
+// formatCodes shows health codes as e2e/faults does (probe.FormatCodes: "200 ×12, 503 ×3"), "not asked"
+// when there are none.
 func formatCodes(codes map[int]int) string {
-	var parts []string
-	for _, c := range []int{200, 503, -1} {
-		if n := codes[c]; n > 0 {
-			name := fmt.Sprint(c)
-			if c == -1 {
-				name = "no answer"
-			}
-			parts = append(parts, fmt.Sprintf("%s ×%d", name, n))
-		}
+	if s := probe.FormatCodes(codes); s != "" {
+		return s
 	}
-	if len(parts) == 0 {
-		return "not asked"
-	}
-	return strings.Join(parts, ", ")
+	return "not asked"
 }
 
-// metric sums the samples of a metric of the daemon's /metrics whose labels contain label ("" for all).
+// metric sums the samples of a metric of the daemon's /metrics whose labels contain label ("" for all);
+// -1 when /metrics does not answer.
 func metric(name, label string) float64 {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://127.0.0.1:10249/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, body, err := probe.Get(ctx, http.DefaultClient, "http://127.0.0.1:10249/metrics")
 	if err != nil {
 		return -1
 	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-			continue
-		}
-		if label != "" && !strings.Contains(l, label) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err == nil {
-			sum += v
-		}
-	}
-	return sum
+	return probe.SumMetric(body, name, label)
 }
 
 // reachable polls addr from the client until one connection succeeds and says how long that took.
 func reachable(target string, limit time.Duration) (time.Duration, error) {
-	start := time.Now()
-	for {
-		if _, _, err := onceIn("client", "tcp", target, 500*time.Millisecond); err == nil {
-			return time.Since(start), nil
-		} else if time.Since(start) > limit {
-			return time.Since(start), fmt.Errorf("%s not reachable within %v: %v", target, limit, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	took, err := probe.Reachable(limit, func() error {
+		_, _, err := onceIn("client", "tcp", target, 500*time.Millisecond)
+		return err
+	})
+	if err != nil {
+		return took, fmt.Errorf("%s not reachable within %v: %v", target, limit, err)
 	}
+	return took, nil
 }
 
 // onceIn is once from namespace ns.

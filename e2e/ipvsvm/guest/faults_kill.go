@@ -59,8 +59,8 @@ func (b *fb) killDuringSync() error {
 		}
 	}
 	syncedBeforeKill := d2.logLine(0, `Synced IPVS" ipFamily="IPv4"`) != ""
-	_ = d2.cmd.Process.Signal(syscall.SIGKILL)
-	<-d2.done
+	_ = d2.proc.Signal(syscall.SIGKILL)
+	<-d2.proc.Done()
 	killedAt := time.Now()
 	left := "no virtual server for it"
 	if n, err := realServers(addr(ip, 80)); err == nil {

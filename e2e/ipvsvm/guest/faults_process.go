@@ -13,13 +13,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kube-proxy/e2e/probe"
 )
 
 // kp is one daemon process: its log in a file, its sd_notify messages on a socket of its own.
 type kp struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	logPath string
+	proc    *probe.Process
 	started time.Time
 	sock    *net.UnixConn
 	mu      sync.Mutex
@@ -31,7 +31,7 @@ type kp struct {
 func (b *fb) start(binary string, env ...string) (*kp, error) {
 	b.started++
 	n := b.started
-	d := &kp{done: make(chan struct{}), logPath: fmt.Sprintf("/tmp/kp-%d.log", n)}
+	d := &kp{proc: probe.NewProcess(fmt.Sprintf("daemon %d", n), fmt.Sprintf("/tmp/kp-%d.log", n))}
 	sockPath := fmt.Sprintf("/run/kp-notify-%d.sock", n)
 	_ = os.Remove(sockPath)
 	sock, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sockPath, Net: "unixgram"})
@@ -39,21 +39,16 @@ func (b *fb) start(binary string, env ...string) (*kp, error) {
 		return nil, err
 	}
 	d.sock = sock
-	logFile, err := os.Create(d.logPath)
-	if err != nil {
-		sock.Close()
-		return nil, err
-	}
-	d.cmd = exec.Command(binary, "--config", b.p.Config, "--v=2")
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	d.cmd.Env = append(os.Environ(), append([]string{"NOTIFY_SOCKET=" + sockPath}, env...)...)
+	cmd := exec.Command(binary, "--config", b.p.Config, "--v=2")
+	cmd.Env = append(os.Environ(), append([]string{"NOTIFY_SOCKET=" + sockPath}, env...)...)
+	// As before, neither a process group of its own nor a parent-death signal (probe.Process' defaults
+	// otherwise): the signal follows the starting thread, and the agent's namespace threads (inNS) may end.
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	d.started = time.Now()
-	if err := d.cmd.Start(); err != nil {
-		logFile.Close()
+	if err := d.proc.Start(cmd); err != nil {
 		sock.Close()
 		return nil, err
 	}
-	logFile.Close()
 	go func() {
 		buf := make([]byte, 8192)
 		for {
@@ -70,23 +65,12 @@ func (b *fb) start(binary string, env ...string) (*kp, error) {
 			d.mu.Unlock()
 		}
 	}()
-	go func() {
-		_ = d.cmd.Wait()
-		close(d.done)
-	}()
 	b.d = d
 	logf("daemon %d started: %s %v", n, binary, env)
 	return d, nil
 }
 
-func (d *kp) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
+func (d *kp) exited() bool { return d.proc.Exited() }
 
 // waitReady waits for READY=1 and returns how long it came after the start.
 func (d *kp) waitReady(limit time.Duration) (time.Duration, error) {
@@ -110,64 +94,44 @@ func (d *kp) waitReady(limit time.Duration) (time.Duration, error) {
 
 // stop ends the daemon with SIGTERM (SIGKILL after 15 s); it is idempotent.
 func (d *kp) stop() {
-	if !d.exited() {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(15 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-d.done
-		}
-	}
+	_ = d.proc.Stop(syscall.SIGTERM, 15*time.Second)
 	d.sock.Close()
 }
 
 // alive says whether the daemon still runs.
 func (d *kp) alive(when string) error {
 	if d.exited() {
-		return fmt.Errorf("%s: the daemon exited (%v): %s", when, d.cmd.ProcessState, d.tail(5))
+		return fmt.Errorf("%s: the daemon exited (%s): %s", when, exitStatus(d.proc.ExitErr()), d.tail(5))
 	}
 	return nil
+}
+
+// exitStatus shows how an exited process ended, as its os.ProcessState does ("exit status 1",
+// "signal: killed").
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 // status returns the last STATUS= the daemon sent.
 func (d *kp) status() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := ""
-	for _, m := range d.msgs {
-		for _, l := range strings.Split(m, "\n") {
-			if s, ok := strings.CutPrefix(l, "STATUS="); ok {
-				st = s
-			}
-		}
-	}
-	return st
+	return probe.LastStatus(d.msgs)
 }
 
 func (d *kp) log() string {
-	b, _ := os.ReadFile(d.logPath)
+	b, _ := os.ReadFile(d.proc.LogPath)
 	return string(b)
 }
 
 func (d *kp) logSize() int { return len(d.log()) }
 
 // logLine returns the first line of the log (from offset bytes) matching re, without klog's header,
-// shortened as e2e/faults does.
-func (d *kp) logLine(offset int, re string) string {
-	log := d.log()
-	if offset > len(log) {
-		offset = 0
-	}
-	m := strings.TrimSpace(regexp.MustCompile(`(?m)^.*(` + re + `).*$`).FindString(log[offset:]))
-	if i := strings.Index(m, "] "); i >= 0 && i < 60 {
-		m = m[i+2:]
-	}
-	if len(m) > 160 {
-		m = m[:160] + "…"
-	}
-	return m
-}
+// shortened as e2e/faults does (probe.LogLine).
+func (d *kp) logLine(offset int, re string) string { return probe.LogLine(d.log(), offset, re) }
 
 // syncedAt reads the first full IPv4 sync's log line: when it ended and how long it took.
 func (d *kp) syncedAt() (time.Time, time.Duration, bool) {
@@ -204,5 +168,5 @@ func (d *kp) tail(n int) string {
 
 // dump copies the end of the daemon's log to the console.
 func (d *kp) dump() {
-	logf("daemon log %s (last 40 lines):\n%s", d.logPath, strings.ReplaceAll(d.tail(40), " | ", "\n"))
+	logf("daemon log %s (last 40 lines):\n%s", d.proc.LogPath, strings.ReplaceAll(d.tail(40), " | ", "\n"))
 }

@@ -41,7 +41,7 @@ func (b *fb) reload() error {
 		}
 		label := fmt.Sprintf("result=%q", c.result)
 		before := metric("kubeproxy_config_reloads_total", label)
-		if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := d.proc.Signal(syscall.SIGHUP); err != nil {
 			tr.stop()
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"kube-proxy/e2e/probe"
 )
 
 // result is one connection of the rows' traffic: "" or the error's class, with its text.
@@ -250,26 +252,13 @@ func longestStall(gaps []stall, from, to time.Time) time.Duration {
 type observation struct {
 	tr    *traffic
 	stop  chan struct{}
-	codes chan map[int]int
+	codes <-chan map[int]int
 }
 
 func observe(targets []string) *observation {
-	o := &observation{tr: startTraffic(targets), stop: make(chan struct{}), codes: make(chan map[int]int, 1)}
+	o := &observation{tr: startTraffic(targets), stop: make(chan struct{})}
 	o.tr.waitFor(20)
-	go func() {
-		codes := map[int]int{}
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			codes[healthz()]++
-			select {
-			case <-o.stop:
-				o.codes <- codes
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	o.codes = probe.PollCodes(healthz, time.Second, o.stop)
 	return o
 }
 
