@@ -133,17 +133,17 @@ func Render(cfg Config, snap *proxy.Snapshot, port func(engine.Key) uint16) []by
 	for _, c := range Chains()["nat"] {
 		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
 	}
-	for _, rules := range []*bytes.Buffer{&r.npContainer, &r.npHost, &r.container, &r.host} {
-		b.Write(rules.Bytes())
+	for _, rules := range []*xtables.Lines{&r.npContainer, &r.npHost, &r.container, &r.host} {
+		b.Write(rules.B)
 	}
 	b.WriteString("COMMIT\n*filter\n")
 	fmt.Fprintf(&b, ":%s - [0:0]\n", ChainFilter)
-	if r.filter.Len() > 0 {
+	if len(r.filter.B) > 0 {
 		// Connections redirected to a listener are not the filter's business: its NodePort rules match
 		// any local address by port, and a listener's port may be one of them.
 		fmt.Fprintf(&b, "-A %s -m conntrack --ctstate DNAT -j RETURN\n", ChainFilter)
 	}
-	b.Write(r.filter.Bytes())
+	b.Write(r.filter.B)
 	b.WriteString("COMMIT\n")
 	return b.Bytes()
 }
@@ -157,7 +157,7 @@ type renderer struct {
 	// noLoopbackNodePorts keeps NodePorts off 127.0.0.0/8 (iptables.localhostNodePorts false).
 	noLoopbackNodePorts bool
 
-	container, host, npContainer, npHost, filter bytes.Buffer
+	container, host, npContainer, npHost, filter xtables.Lines
 }
 
 func prefix(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String() }
@@ -235,20 +235,20 @@ func (r *renderer) destination(sp *proxy.ServicePort, args []string, p, hostPoli
 	}
 	switch {
 	case r.port(KeyOf(sp, p)) == 0 && !sp.HasAnyEndpoints:
-		fmt.Fprintf(&r.filter, "-A %s %s -j REJECT\n", ChainFilter, strings.Join(filterArgs, " "))
+		r.filter.Rule(ChainFilter).T(filterArgs...).T("-j", "REJECT").End()
 	case r.port(KeyOf(sp, p)) == 0, len(sources) > 0:
-		fmt.Fprintf(&r.filter, "-A %s %s -j DROP\n", ChainFilter, strings.Join(filterArgs, " "))
+		r.filter.Rule(ChainFilter).T(filterArgs...).T("-j", "DROP").End()
 	}
 }
 
-func (r *renderer) redirect(sp *proxy.ServicePort, p string, args []string, buf *bytes.Buffer) {
+func (r *renderer) redirect(sp *proxy.ServicePort, p string, args []string, buf *xtables.Lines) {
 	port := r.port(KeyOf(sp, p))
 	if port == 0 {
 		return
 	}
-	chain := map[*bytes.Buffer]string{&r.container: ChainPortalsContainer, &r.host: ChainPortalsHost,
+	chain := map[*xtables.Lines]string{&r.container: ChainPortalsContainer, &r.host: ChainPortalsHost,
 		&r.npContainer: ChainNodePortContainer, &r.npHost: ChainNodePortHost}[buf]
-	fmt.Fprintf(buf, "-A %s %s -j REDIRECT --to-ports %d\n", chain, strings.Join(args, " "), port)
+	buf.Rule(chain).T(args...).T("-j", "REDIRECT", "--to-ports", strconv.Itoa(int(port))).End()
 }
 
 func join(parts ...[]string) []string {
