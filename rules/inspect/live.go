@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/ipvs"
 	"kube-proxy/rules/nfacct"
@@ -148,6 +149,18 @@ func (l *Live) XTablesFor(family v1.IPFamily) []*XTables {
 		}
 	}
 	return out
+}
+
+// mode names the mode whose rules these are: mode ipvs' or userspace's when the mode's own chains are
+// there, mode iptables' otherwise.
+func (x *XTables) mode() config.ProxyMode {
+	switch {
+	case x.userspace():
+		return config.ModeUserspace
+	case x.ipvs():
+		return config.ModeIPVS
+	}
+	return config.ModeIPTables
 }
 
 // ipvs reports whether these are mode ipvs' iptables rules (its chains, not mode iptables').

@@ -12,6 +12,7 @@ import (
 
 	"kube-proxy/config"
 	"kube-proxy/proxy"
+	"kube-proxy/rules/internal/traceresult"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
@@ -31,9 +32,9 @@ type modeInspector struct {
 	diff func(ctx context.Context, env *Env, want *Desired, live *Live, rep *DiffReport) error
 	// prereqs checks what the mode needs from the kernel and tools (doctor).
 	prereqs func(cfg *config.KubeProxyConfiguration) []Finding
-	// explainStop says why pkt was stopped (verdict DROP or REJECT) by the last rule it met, in table's
-	// chain, when the mode knows that chain as its own and why it stops packets; "" otherwise (trace).
-	explainStop func(table, chain, verdict string, pkt Packet) string
+	// explainStop says why the rule that stopped a packet (verdict DROP or REJECT) did, when the mode
+	// wrote that rule; "" otherwise (trace).
+	explainStop func(s traceresult.Stop) string
 	// serviceOf names the Service port a rule the tracer walked ("table/chain: rule" or "chain: rule")
 	// belongs to, when the mode writes that into the rule's comment or chain name; "" otherwise.
 	serviceOf func(rule string) string
@@ -49,11 +50,11 @@ type modeInspector struct {
 // package switches on a mode.
 var inspectors = map[config.ProxyMode]modeInspector{
 	config.ModeIPTables: {render: renderIPTablesMode, diff: diffXTablesModes, prereqs: xtablesPrereqs,
-		serviceOf: serviceOfIPTables, affinityHit: iptables.AffinityHit},
-	config.ModeIPVS: {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: explainIPVS},
+		explainStop: iptables.ExplainStop, serviceOf: serviceOfIPTables, affinityHit: iptables.AffinityHit},
+	config.ModeIPVS: {render: renderIPVSMode, diff: diffXTablesModes, prereqs: ipvsPrereqs, explainStop: ipvs.ExplainStop},
 	config.ModeNFTables: {render: renderNFTablesMode, diff: diffNFTablesMode, prereqs: nftablesPrereqs,
-		serviceOf: serviceOfNFTables, affinityHit: nftables.AffinityHit},
-	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: explainUserspace,
+		explainStop: nftables.ExplainStop, serviceOf: serviceOfNFTables, affinityHit: nftables.AffinityHit},
+	config.ModeUserspace: {render: renderUserspaceMode, prereqs: xtablesPrereqs, explainStop: userspace.ExplainStop,
 		redirects: userspace.RedirectsToProxy},
 }
 
@@ -66,41 +67,36 @@ func prereqsFor(mode config.ProxyMode) func(cfg *config.KubeProxyConfiguration) 
 	return inspectors[config.ModeIPTables].prereqs
 }
 
-// askModes asks every mode's inspector, in the order of the modes' names, until one answers (not the
-// zero value), and returns that answer.
-func askModes[T comparable](ask func(modeInspector) T) T {
+// askModes asks the inspector of first, then every other mode's in the order of their names, until one
+// answers (not the zero value), and returns that answer. A walk's rules are first's, the mode whose rules
+// it walked; the others answer for rules they left beside them (their names do not overlap).
+func askModes[T comparable](first config.ProxyMode, ask func(modeInspector) T) T {
 	var none T
-	for _, m := range slices.Sorted(maps.Keys(inspectors)) {
-		if answer := ask(inspectors[m]); answer != none {
-			return answer
+	modes := slices.DeleteFunc(slices.Sorted(maps.Keys(inspectors)), func(m config.ProxyMode) bool { return m == first })
+	for _, m := range append([]config.ProxyMode{first}, modes...) {
+		if ins, ok := inspectors[m]; ok {
+			if answer := ask(ins); answer != none {
+				return answer
+			}
 		}
 	}
 	return none
 }
 
-// explainStopByMode asks the modes why pkt was stopped in table's chain. The modes' own chains do not
-// overlap, so at most one answers.
-func explainStopByMode(table, chain, verdict string, pkt Packet) string {
-	return askModes(func(ins modeInspector) string {
+// explainStopByMode asks the modes why the rule of s stopped a packet.
+func explainStopByMode(first config.ProxyMode, s traceresult.Stop) string {
+	return askModes(first, func(ins modeInspector) string {
 		if ins.explainStop == nil {
 			return ""
 		}
-		return ins.explainStop(table, chain, verdict, pkt)
+		return ins.explainStop(s)
 	})
 }
 
-func explainUserspace(table, chain, verdict string, _ Packet) string {
-	return userspace.ExplainStop(table, chain, verdict)
-}
-
-func explainIPVS(table, chain, verdict string, pkt Packet) string {
-	return ipvs.ExplainStop(table, chain, verdict, pkt.Dst, pkt.Protocol, pkt.Port)
-}
-
 // serviceOfByMode asks the modes which Service port rule belongs to: mode iptables reads comments, mode
-// nftables chain names, in this order (their names').
-func serviceOfByMode(rule string) string {
-	return askModes(func(ins modeInspector) string {
+// nftables chain names.
+func serviceOfByMode(first config.ProxyMode, rule string) string {
+	return askModes(first, func(ins modeInspector) string {
 		if ins.serviceOf == nil {
 			return ""
 		}
@@ -109,13 +105,13 @@ func serviceOfByMode(rule string) string {
 }
 
 // affinityHitByMode reports whether some mode sees, in rule, a client found in its session affinity state.
-func affinityHitByMode(rule string) bool {
-	return askModes(func(ins modeInspector) bool { return ins.affinityHit != nil && ins.affinityHit(rule) })
+func affinityHitByMode(first config.ProxyMode, rule string) bool {
+	return askModes(first, func(ins modeInspector) bool { return ins.affinityHit != nil && ins.affinityHit(rule) })
 }
 
 // redirectsByMode reports whether some mode sees, in rule, a redirect to a proxy on the node itself.
-func redirectsByMode(rule string) bool {
-	return askModes(func(ins modeInspector) bool { return ins.redirects != nil && ins.redirects(rule) })
+func redirectsByMode(first config.ProxyMode, rule string) bool {
+	return askModes(first, func(ins modeInspector) bool { return ins.redirects != nil && ins.redirects(rule) })
 }
 
 func serviceOfIPTables(rule string) string { return iptables.ServiceOfComment(comment(rule)) }

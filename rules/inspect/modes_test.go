@@ -64,7 +64,8 @@ func TestRenderDesiredRefuses(t *testing.T) {
 }
 
 // TestReasonFromModes: trace's reasons for the modes' own filters come from the modes, word for word as
-// before they moved there.
+// before they moved there, whichever mode's walk meets them (stale rules of another mode beside the
+// walk's own).
 func TestReasonFromModes(t *testing.T) {
 	pkt := Packet{Src: netip.MustParseAddr("203.0.113.1"), Dst: netip.MustParseAddr("10.96.0.10"), Protocol: "tcp", Port: 81, In: "eth0"}
 	for _, tt := range []struct{ verdict, last, want string }{
@@ -75,10 +76,14 @@ func TestReasonFromModes(t *testing.T) {
 		{"DROP", `filter/KUBE-PORTALS-FILTER: -A KUBE-PORTALS-FILTER -d 10.96.0.10/32 -p tcp -m tcp --dport 81 -j DROP`,
 			"mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"},
 		{"DROP", "filter/KUBE-FORWARD: -A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP", "conntrack considers the packet INVALID"},
+		{"DROP", "filter/KUBE-FORWARD: -A KUBE-FORWARD -m something --new -j DROP", "conntrack considers the packet INVALID"},
+		{"DROP", "filter/OTHER: -A OTHER -j DROP", catchAllStop},
 	} {
 		o := traceresult.Outcome{Verdict: tt.verdict, Rules: []string{"nat/PREROUTING: -A PREROUTING -j KUBE-SERVICES", tt.last}}
-		if got := reason(o, pkt); got != tt.want {
-			t.Errorf("reason(%s) = %q, want %q", tt.last, got, tt.want)
+		for _, mode := range []config.ProxyMode{config.ModeIPTables, config.ModeIPVS, config.ModeUserspace} {
+			if got := reason(walked{mode: mode}, o, pkt); got != tt.want {
+				t.Errorf("mode %s: reason(%s) = %q, want %q", mode, tt.last, got, tt.want)
+			}
 		}
 	}
 }
@@ -97,10 +102,12 @@ func TestServiceOf(t *testing.T) {
 		{[]string{"services: ip daddr . meta l4proto . th dport vmap @service-ips",
 			"service-ABCDEFGH-ns/web/tcp/http: numgen random mod 1 vmap { 0 : goto endpoint-X }"}, "ns/web:http"},
 		{[]string{"external-ABCDEFGH-ns/dns/udp/: jump mark-for-masquerade"}, "ns/dns"},
+		{[]string{"local-ABCDEFGH-ns/dns/udp/: meta l4proto udp dnat to 10.244.1.5:53"}, "ns/dns"},
+		{[]string{"endpoint-ABCDEFGH-ns/web/tcp/http__10.244.1.5/8080: ip saddr 10.244.1.5 jump mark-for-masquerade"}, "ns/web:http"},
 		{[]string{`filter/KUBE-FORWARD: -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -j ACCEPT`}, ""},
 		{nil, ""},
 	} {
-		if got := serviceOf(tt.rules); got != tt.want {
+		if got := serviceOf(config.ModeIPTables, tt.rules); got != tt.want {
 			t.Errorf("serviceOf(%q) = %q, want %q", tt.rules, got, tt.want)
 		}
 	}
@@ -123,10 +130,10 @@ func TestStickyAndRedirected(t *testing.T) {
 		{[]string{redirect}, false, true},
 	} {
 		o := traceresult.Outcome{Verdict: "ACCEPT", Endpoint: "10.0.0.1:80", Rules: tt.rules}
-		if got := sticky(tt.rules); got != tt.sticky {
+		if got := sticky(config.ModeIPTables, tt.rules); got != tt.sticky {
 			t.Errorf("sticky(%q) = %v", tt.rules, got)
 		}
-		if got := redirected(o); got != tt.redirect {
+		if got := redirected(config.ModeIPTables, o); got != tt.redirect {
 			t.Errorf("redirected(%q) = %v", tt.rules, got)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/rules/internal/traceresult"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
@@ -96,13 +97,11 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 			return nil, fmt.Errorf("tracing through the %s %s iptables rules: %w", x.Backend, x.Family, err)
 		}
 		name := fmt.Sprintf("iptables (%s backend) %s", x.Backend, x.Family)
-		if x.ipvs() {
-			name = fmt.Sprintf("ipvs: iptables (%s backend) %s", x.Backend, x.Family)
+		mode := x.mode()
+		if mode != config.ModeIPTables {
+			name = fmt.Sprintf("%s: %s", mode, name)
 		}
-		if x.userspace() {
-			name = fmt.Sprintf("userspace: iptables (%s backend) %s", x.Backend, x.Family)
-		}
-		w := explain(name, res, pkt)
+		w := explain(name, walked{mode: mode}, res, pkt)
 		w.Warnings = x.warnings(pkt)
 		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
 			w.Nearest = nearestXT(x, pkt)
@@ -118,7 +117,7 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tracing through the %s nftables table: %w", pkt.Family(), err)
 		}
-		w := explain("nftables "+string(pkt.Family()), res, pkt)
+		w := explain("nftables "+string(pkt.Family()), walked{mode: config.ModeNFTables, nft: true}, res, pkt)
 		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
 			w.Nearest = nearestNFT(l.NFTText[pkt.Family()], pkt)
 		}
@@ -144,12 +143,12 @@ func (x *XTables) warnings(pkt Packet) []string {
 }
 
 // explain turns a tracer result into outcomes with reasons, most likely first.
-func explain(name string, res *traceresult.Result, pkt Packet) Walk {
+func explain(name string, wk walked, res *traceresult.Result, pkt Packet) Walk {
 	w := Walk{Dataplane: name}
 	for _, o := range res.Outcomes {
 		out := Outcome{Verdict: o.Verdict, Endpoint: o.Endpoint, Probability: o.Probability,
-			Masquerade: o.Masquerade, Reason: reason(o, pkt), Rules: o.Rules}
-		out.Proxy = redirected(o)
+			Masquerade: o.Masquerade, Reason: reason(wk, o, pkt), Rules: o.Rules}
+		out.Proxy = redirected(wk.mode, o)
 		if out.Proxy && !listening(pkt.Protocol, o.Dst.Port()) {
 			out.Endpoint = ""
 			out.Reason = fmt.Sprintf("REDIRECTed to port %d on the node (mode userspace), but nothing listens there: the daemon is not running or has not opened this Service's listener", o.Dst.Port())
@@ -182,37 +181,34 @@ func comment(rule string) string {
 	return m[2]
 }
 
+// catchAllStop is the reason of a stop no mode explains.
+const catchAllStop = "dropped by a kube-proxy rule"
+
+// walked is what a walk went through: the mode whose rules they are, and the form in which its tracer
+// lists a rule ("table/CHAIN: rule" for iptables, "chain: rule" for nftables).
+type walked struct {
+	mode config.ProxyMode
+	nft  bool
+}
+
+// stop returns the rule (as the tracer lists it) that gave pkt verdict, as the modes explain it.
+func (w walked) stop(rule, verdict string, pkt Packet) traceresult.Stop {
+	where, text, _ := strings.Cut(rule, ": ")
+	s := traceresult.Stop{Chain: where, Rule: text, Comment: comment(text), Verdict: verdict,
+		Dst: pkt.Dst, Protocol: pkt.Protocol, Port: pkt.Port}
+	if !w.nft {
+		s.Table, s.Chain, _ = strings.Cut(where, "/")
+	}
+	return s
+}
+
 // reason says in words why an outcome is what it is.
-func reason(o traceresult.Outcome, pkt Packet) string {
-	if redirected(o) {
+func reason(w walked, o traceresult.Outcome, pkt Packet) string {
+	if redirected(w.mode, o) {
 		return fmt.Sprintf("REDIRECTed to the daemon's own proxy at %s (mode userspace): it connects to an endpoint it picks round-robin, trying the next when one fails", o.Endpoint)
 	}
 	if o.Verdict == "ACCEPT" {
-		if o.Endpoint == "" {
-			if svc := serviceOf(o.Rules); svc != "" {
-				return fmt.Sprintf("entered the rules of %s but no rule DNATed it: its chain is empty or incomplete (see `kube-proxy diff`); the packet goes on untouched", svc)
-			}
-			return "no kube-proxy rule matched: the packet goes on untouched (to the node or onward as routed)"
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "DNAT to endpoint %s", o.Endpoint)
-		if svc := serviceOf(o.Rules); svc != "" {
-			fmt.Fprintf(&b, " of %s", svc)
-		}
-		if vs := ipvsServer(o.Path); vs != "" {
-			fmt.Fprintf(&b, " by IPVS virtual server %s", vs)
-		}
-		if o.Masquerade {
-			b.WriteString(", source masqueraded to the node's address")
-		} else {
-			b.WriteString(", source address kept")
-		}
-		if sticky(o.Rules) {
-			b.WriteString(", where session affinity binds this client (it was sent there before)")
-		} else if len(o.Remembered) > 0 {
-			b.WriteString(", client remembered for session affinity")
-		}
-		return b.String()
+		return acceptReason(w, o)
 	}
 	if vs := ipvsServer(o.Path); vs != "" && o.Verdict == "REJECT" {
 		return fmt.Sprintf("IPVS virtual server %s has no real server taking new connections: the Service has no ready endpoints", vs)
@@ -221,54 +217,59 @@ func reason(o traceresult.Outcome, pkt Packet) string {
 	if len(o.Rules) > 0 {
 		last = o.Rules[len(o.Rules)-1]
 	}
-	c := comment(last)
-	lower := strings.ToLower(last)
-	where, _, _ := strings.Cut(last, ":")
-	table, chain, _ := strings.Cut(where, "/")
-	why := explainStopByMode(table, chain, o.Verdict, pkt)
-	switch {
-	case why != "":
-	case strings.Contains(c, "has no local endpoints"):
-		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
-	case strings.Contains(c, "has no endpoints") || strings.HasPrefix(last, "reject-chain:"):
-		why = "the Service has no ready endpoints"
-	case o.Verdict == "DROP" && strings.Contains(lower, "no-endpoint"):
-		why = "the Service's traffic policy is Local and no endpoint of it runs on this node"
-	case strings.Contains(c, "will be dropped by KUBE-PROXY-FIREWALL") || strings.Contains(c, "traffic not accepted by") ||
-		strings.Contains(lower, "firewall") && !strings.Contains(lower, "cluster-ips"):
-		why = "the source address is not in the Service's loadBalancerSourceRanges"
-	case strings.HasPrefix(last, "cluster-ips-check:") && o.Verdict == "DROP":
-		why = fmt.Sprintf("%s is inside the cluster's ServiceCIDRs but no Service has it", pkt.Dst)
-	case strings.Contains(lower, "cluster-ips") || strings.Contains(c, "invalid ports of ClusterIPs"):
-		why = fmt.Sprintf("%s is a ClusterIP, but no Service serves %s port %d on it", pkt.Dst, pkt.Protocol, pkt.Port)
-	case strings.Contains(lower, "no-endpoint") || strings.Contains(lower, "no-endpoints"):
-		why = "the Service has no endpoints this packet may use"
-	case strings.Contains(lower, "ctstate invalid") || strings.Contains(lower, "ct state invalid"):
-		why = "conntrack considers the packet INVALID"
-	case strings.Contains(lower, "localhost") || strings.Contains(c, "localhost"):
-		why = "NodePorts are not served on localhost by this configuration"
-	}
+	s := w.stop(last, o.Verdict, pkt)
+	why := explainStopByMode(w.mode, s)
 	if why == "" {
-		why = "dropped by a kube-proxy rule"
+		why = catchAllStop
 	}
-	if c != "" {
-		why += fmt.Sprintf(" (rule comment: %q)", c)
+	if s.Comment != "" {
+		why += fmt.Sprintf(" (rule comment: %q)", s.Comment)
 	}
 	return why
 }
 
+// acceptReason explains an accepted packet: DNATed to an endpoint, or left untouched.
+func acceptReason(w walked, o traceresult.Outcome) string {
+	svc := serviceOf(w.mode, o.Rules)
+	if o.Endpoint == "" {
+		if svc != "" {
+			return fmt.Sprintf("entered the rules of %s but no rule DNATed it: its chain is empty or incomplete (see `kube-proxy diff`); the packet goes on untouched", svc)
+		}
+		return "no kube-proxy rule matched: the packet goes on untouched (to the node or onward as routed)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "DNAT to endpoint %s", o.Endpoint)
+	if svc != "" {
+		fmt.Fprintf(&b, " of %s", svc)
+	}
+	if vs := ipvsServer(o.Path); vs != "" {
+		fmt.Fprintf(&b, " by IPVS virtual server %s", vs)
+	}
+	if o.Masquerade {
+		b.WriteString(", source masqueraded to the node's address")
+	} else {
+		b.WriteString(", source address kept")
+	}
+	if sticky(w.mode, o.Rules) {
+		b.WriteString(", where session affinity binds this client (it was sent there before)")
+	} else if len(o.Remembered) > 0 {
+		b.WriteString(", client remembered for session affinity")
+	}
+	return b.String()
+}
+
 // sticky reports whether the walk followed a client's session affinity: a recent list (iptables) or an
 // affinity set (nftables) that already held the source.
-func sticky(rules []string) bool {
-	return slices.ContainsFunc(rules, affinityHitByMode)
+func sticky(mode config.ProxyMode, rules []string) bool {
+	return slices.ContainsFunc(rules, func(r string) bool { return affinityHitByMode(mode, r) })
 }
 
 // redirected reports whether an outcome ends in a REDIRECT to the node itself.
-func redirected(o traceresult.Outcome) bool {
+func redirected(mode config.ProxyMode, o traceresult.Outcome) bool {
 	if o.Verdict != "ACCEPT" || o.Endpoint == "" {
 		return false
 	}
-	return slices.ContainsFunc(o.Rules, redirectsByMode)
+	return slices.ContainsFunc(o.Rules, func(r string) bool { return redirectsByMode(mode, r) })
 }
 
 // listening reports whether a socket listens on port (TCP) or is bound to it (UDP), in either family, as
@@ -303,9 +304,9 @@ func ipvsServer(path []string) string {
 
 // serviceOf names the Service whose rules the packet went through, asking the modes that name it in
 // their rules (comments, chain names), last rule first.
-func serviceOf(rules []string) string {
+func serviceOf(mode config.ProxyMode, rules []string) string {
 	for i := len(rules) - 1; i >= 0; i-- {
-		if svc := serviceOfByMode(rules[i]); svc != "" {
+		if svc := serviceOfByMode(mode, rules[i]); svc != "" {
 			return svc
 		}
 	}

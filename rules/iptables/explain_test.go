@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -8,8 +10,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"kube-proxy/config"
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/internal/traceresult"
 )
 
 func TestServiceOfComment(t *testing.T) {
@@ -101,5 +105,48 @@ func TestAffinityHit(t *testing.T) {
 	}
 	if hits != 2 || recorded != 2 {
 		t.Errorf("%d affinity checks and %d recordings, want 2 and 2", hits, recorded)
+	}
+}
+
+// TestExplainStopCoversEveryStop: every rule of the filter table that drops or rejects, in what the
+// renderer writes for Services of every kind of stop, is explained by ExplainStop; none of the nat table.
+func TestExplainStopCoversEveryStop(t *testing.T) {
+	snap := proxytest.Snapshot(v1.IPv4Protocol, v4Node("10.0.0.1"),
+		proxytest.Port("default/empty", "http", v1.ProtocolTCP, "10.96.0.10", 80, proxytest.NodePort(30080), proxytest.ExternalIPs("192.0.2.10")),
+		proxytest.Port("default/remote", "", v1.ProtocolTCP, "10.96.0.11", 80, proxytest.NodePort(30081), proxytest.ExternalLocal(31081),
+			proxytest.InternalLocal, proxytest.Endpoints("10.244.2.6:8080")),
+		proxytest.Port("default/fw", "", v1.ProtocolTCP, "10.96.0.12", 80, proxytest.LoadBalancerIPs("192.0.2.20"),
+			proxytest.SourceRanges("198.51.100.0/24"), proxytest.Endpoints("10.244.1.2:8080")))
+	cfg := configFrom(func(*config.KubeProxyConfiguration) {})
+	payload := string(mustRender(t, NewRenderer(cfg), snap, nil, true))
+	commentRE := regexp.MustCompile(`--comment (?:"([^"]*)"|(\S+))`)
+	table, stops := "", map[string]int{}
+	for _, line := range strings.Split(payload, "\n") {
+		if t, ok := strings.CutPrefix(line, "*"); ok {
+			table = t
+		}
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "-A" || !strings.Contains(line, "-j DROP") && !strings.Contains(line, "-j REJECT") {
+			continue
+		}
+		s := traceresult.Stop{Table: table, Chain: f[1], Rule: line, Verdict: "DROP", Dst: netip.MustParseAddr("127.0.0.1"), Protocol: "tcp", Port: 80}
+		if strings.Contains(line, "-j REJECT") {
+			s.Verdict = "REJECT"
+		}
+		if m := commentRE.FindStringSubmatch(line); m != nil {
+			s.Comment = m[1] + m[2]
+		}
+		why := ExplainStop(s)
+		if table == "filter" && why == "" || table != "filter" && why != "" {
+			t.Errorf("%s: %s explained as %q", table, line, why)
+		}
+		stops[s.Chain]++
+	}
+	// KUBE-SERVICES: the empty Service's ClusterIP, the remote-only one's. KUBE-EXTERNAL-SERVICES: the
+	// empty one's NodePort and externalIP, the remote-only one's NodePort. The firewall's load balancer
+	// IP, the ctstate INVALID drop and the localhost anti-martian rule.
+	want := map[string]int{chainServices: 2, chainExternalServices: 3, chainProxyFirewall: 1, chainForward: 1, chainKubeletFirewall: 1}
+	if !maps.Equal(stops, want) {
+		t.Errorf("stops per chain %v, want %v:\n%s", stops, want, payload)
 	}
 }

@@ -162,14 +162,14 @@ func makePlan(st *svcState, sp *proxy.ServicePort) (plan, error) {
 	}
 
 	if !p.hasEndpoints {
-		p.internalFilterTarget, p.internalFilterComment = "REJECT", st.name+" has no endpoints"
+		p.internalFilterTarget, p.internalFilterComment = "REJECT", st.name+commentNoEndpoints
 		p.externalFilterTarget, p.externalFilterComment = "REJECT", p.internalFilterComment
 	} else {
 		if !p.hasInternal {
-			p.internalFilterTarget, p.internalFilterComment = "DROP", st.name+" has no local endpoints"
+			p.internalFilterTarget, p.internalFilterComment = "DROP", st.name+commentNoLocalEndpoints
 		}
 		if !p.hasExternal {
-			p.externalFilterTarget, p.externalFilterComment = "DROP", st.name+" has no local endpoints"
+			p.externalFilterTarget, p.externalFilterComment = "DROP", st.name+commentNoLocalEndpoints
 		}
 	}
 	return p, nil
@@ -295,7 +295,7 @@ func (r *Renderer) renderShared(st *svcState, sp *proxy.ServicePort, p *plan) {
 	// filter KUBE-PROXY-FIREWALL: load balancer traffic the FW chain did not accept.
 	if p.usesFW {
 		for _, ip := range sp.LoadBalancerIPs {
-			w.Rule(chainProxyFirewall).Comment(st.name, " traffic not accepted by ", st.fw).Proto(st.proto).
+			w.Rule(chainProxyFirewall).Comment(st.name, commentNotAccepted, st.fw).Proto(st.proto).
 				T("-d").Addr(ip).T("--dport").Num(sp.Port).T("-j", "DROP").End()
 		}
 	}

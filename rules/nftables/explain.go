@@ -1,24 +1,37 @@
 package nftables
 
-import "strings"
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"kube-proxy/rules/internal/traceresult"
+)
+
+// perServicePrefixes are the prefixes of the chains made for one Service port (or one of its endpoints).
+var perServicePrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint}
 
 // ServiceOfChain returns the Service port ("ns/name" or "ns/name:port") a per-Service chain's name
-// carries ("service-", "external-" and "endpoint-" chains: prefix, hash, "-ns/name/protocol/port", see
-// serviceBase and endpointBase); "" for any other chain. An endpoint chain's name goes on after the port
-// ("__ip/port"), and that stays in the port part returned.
+// carries (prefix, hash, "-ns/name/protocol/port", see serviceBase; an endpoint chain's name goes on with
+// "__ip/port", see endpointBase); "" for any other chain.
 func ServiceOfChain(chain string) string {
-	for _, prefix := range []string{prefixService, prefixEndpoint, prefixExternal} {
+	for _, prefix := range perServicePrefixes {
 		rest, ok := strings.CutPrefix(chain, prefix)
 		if !ok {
 			continue
 		}
-		if _, name, ok := strings.Cut(rest, "-"); ok && strings.Count(name, "/") >= 3 {
-			parts := strings.SplitN(name, "/", 4)
-			if parts[3] == "" {
-				return parts[0] + "/" + parts[1]
-			}
-			return parts[0] + "/" + parts[1] + ":" + parts[3]
+		_, name, ok := strings.Cut(rest, "-")
+		if !ok || strings.Count(name, "/") < 3 {
+			return ""
 		}
+		parts := strings.SplitN(name, "/", 4)
+		port, _, _ := strings.Cut(parts[3], "__")
+		if port == "" {
+			return parts[0] + "/" + parts[1]
+		}
+		return parts[0] + "/" + parts[1] + ":" + port
 	}
 	return ""
 }
@@ -26,3 +39,25 @@ func ServiceOfChain(chain string) string {
 // AffinityHit reports whether rule (as nft lists it) is a session affinity check of a Service's chain:
 // a match of the source address in an endpoint's affinity set, which holds the clients sent there before.
 func AffinityHit(rule string) bool { return strings.Contains(rule, "saddr @"+prefixAffinity) }
+
+// ExplainStop says why a rule of mode nftables' table stopped a packet, from what the renderer writes in
+// that chain; "" for a chain it writes no drop or reject in.
+func ExplainStop(s traceresult.Stop) string {
+	switch {
+	case s.Chain == chainReject:
+		// Reached from the no-endpoint maps, for a Service port without any endpoint.
+		return "the Service has no ready endpoints"
+	case s.Chain == chainServiceEndpointsCheck || s.Chain == chainNodePortEndpointsCheck:
+		// The no-endpoint maps' drop verdict: endpoints, but none the traffic policy lets this node use.
+		return "the Service's traffic policy is Local and no endpoint of it runs on this node"
+	case s.Chain == chainClusterIPsCheck && s.Verdict == "DROP":
+		return fmt.Sprintf("%s is inside the cluster's ServiceCIDRs but no Service has it", s.Dst)
+	case s.Chain == chainClusterIPsCheck:
+		return fmt.Sprintf("%s is a ClusterIP, but no Service serves %s port %d on it", s.Dst, s.Protocol, s.Port)
+	case strings.HasPrefix(s.Chain, prefixFirewall):
+		return "the source address is not in the Service's loadBalancerSourceRanges"
+	case slices.ContainsFunc(localhostProtocols, func(p v1.Protocol) bool { return s.Chain == localhostRejectChain(p) }):
+		return "NodePorts are not served on localhost by this configuration"
+	}
+	return ""
+}

@@ -10,6 +10,7 @@ import (
 
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/internal/traceresult"
 )
 
 func TestServiceOfChain(t *testing.T) {
@@ -17,14 +18,15 @@ func TestServiceOfChain(t *testing.T) {
 	unnamed := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "dns"}, Protocol: v1.ProtocolUDP}
 	ep := netip.MustParseAddrPort("10.244.1.2:8080")
 	for chain, want := range map[string]string{
-		prefixService + serviceBase(named):       "ns/web:http",
-		prefixExternal + serviceBase(named):      "ns/web:http",
-		prefixService + serviceBase(unnamed):     "ns/dns",
-		prefixEndpoint + endpointBase(named, ep): "ns/web:http__10.244.1.2/8080",
-		prefixLocal + serviceBase(named):         "",
-		prefixFirewall + serviceBase(named):      "",
-		chainServiceEndpointsCheck:               "",
-		"nodeports":                              "",
+		prefixService + serviceBase(named):         "ns/web:http",
+		prefixExternal + serviceBase(named):        "ns/web:http",
+		prefixService + serviceBase(unnamed):       "ns/dns",
+		prefixEndpoint + endpointBase(named, ep):   "ns/web:http",
+		prefixEndpoint + endpointBase(unnamed, ep): "ns/dns",
+		prefixLocal + serviceBase(named):           "ns/web:http",
+		prefixFirewall + serviceBase(unnamed):      "ns/dns",
+		chainServiceEndpointsCheck:                 "",
+		"nodeports":                                "",
 	} {
 		if got := ServiceOfChain(chain); got != want {
 			t.Errorf("ServiceOfChain(%s) = %q, want %q", chain, got, want)
@@ -64,5 +66,31 @@ func TestAffinityHit(t *testing.T) {
 	}
 	if hits != 2 || updates != 2 {
 		t.Errorf("%d affinity checks and %d updates, want 2 and 2:\n%s", hits, updates, text)
+	}
+}
+
+// TestExplainStop: each chain the renderer drops or rejects in is explained; the others are not.
+func TestExplainStop(t *testing.T) {
+	stop := func(chain, verdict string) traceresult.Stop {
+		return traceresult.Stop{Chain: chain, Verdict: verdict, Dst: netip.MustParseAddr("10.96.0.10"), Protocol: "tcp", Port: 81}
+	}
+	named := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
+	for _, tt := range []struct {
+		s    traceresult.Stop
+		want string
+	}{
+		{stop(chainReject, "REJECT"), "the Service has no ready endpoints"},
+		{stop(chainServiceEndpointsCheck, "DROP"), "the Service's traffic policy is Local and no endpoint of it runs on this node"},
+		{stop(chainNodePortEndpointsCheck, "DROP"), "the Service's traffic policy is Local and no endpoint of it runs on this node"},
+		{stop(chainClusterIPsCheck, "DROP"), "10.96.0.10 is inside the cluster's ServiceCIDRs but no Service has it"},
+		{stop(chainClusterIPsCheck, "REJECT"), "10.96.0.10 is a ClusterIP, but no Service serves tcp port 81 on it"},
+		{stop(prefixFirewall+serviceBase(named), "DROP"), "the source address is not in the Service's loadBalancerSourceRanges"},
+		{stop(localhostRejectChain(v1.ProtocolUDP), "REJECT"), "NodePorts are not served on localhost by this configuration"},
+		{stop(chainFilterForward, "DROP"), ""},
+		{stop(prefixService+serviceBase(named), "DROP"), ""},
+	} {
+		if got := ExplainStop(tt.s); got != tt.want {
+			t.Errorf("ExplainStop(%s, %s) = %q, want %q", tt.s.Chain, tt.s.Verdict, got, tt.want)
+		}
 	}
 }

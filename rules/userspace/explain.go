@@ -1,6 +1,10 @@
 package userspace
 
-import "strings"
+import (
+	"strings"
+
+	"kube-proxy/rules/internal/traceresult"
+)
 
 // OwnsChain reports whether chain is one of mode userspace's capture chains: a portal chain (any
 // KUBE-PORTALS- chain, which upstream's userspace mode also wrote) or a NodePort chain.
@@ -8,14 +12,14 @@ func OwnsChain(chain string) bool {
 	return strings.HasPrefix(chain, portalsPrefix) || chain == ChainNodePortContainer || chain == ChainNodePortHost
 }
 
-// ExplainStop says why a packet that ended with verdict (DROP or REJECT) in table's chain was stopped
-// there, when that chain is mode userspace's filter; "" otherwise. The filter rejects a Service port
-// without ready endpoints and drops what a Local traffic policy or loadBalancerSourceRanges refuse.
-func ExplainStop(table, chain, verdict string) string {
-	if table != "filter" || chain != ChainFilter {
+// ExplainStop says why a packet was stopped (DROP or REJECT) by a rule of mode userspace's filter; ""
+// for any other chain. The filter rejects a Service port without ready endpoints and drops what a Local
+// traffic policy or loadBalancerSourceRanges refuse.
+func ExplainStop(s traceresult.Stop) string {
+	if s.Table != "filter" || s.Chain != ChainFilter {
 		return ""
 	}
-	if verdict == "REJECT" {
+	if s.Verdict == "REJECT" {
 		return "the Service has no ready endpoints (mode userspace rejects it before it reaches the proxy)"
 	}
 	return "mode userspace drops it: the Service's traffic policy is Local and no endpoint of it runs on this node, or the source is not in its loadBalancerSourceRanges"

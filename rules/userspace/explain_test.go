@@ -8,6 +8,7 @@ import (
 
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
+	"kube-proxy/rules/internal/traceresult"
 )
 
 // TestOwnsChain: every chain the mode writes is its own, upstream's portal chains too, and none of mode
@@ -38,7 +39,7 @@ func TestExplainStop(t *testing.T) {
 		{"filter", ChainPortalsHost, "REJECT", ""},
 		{"filter", "KUBE-SERVICES", "REJECT", ""},
 	} {
-		if got := ExplainStop(tt.table, tt.chain, tt.verdict); got != tt.want {
+		if got := ExplainStop(traceresult.Stop{Table: tt.table, Chain: tt.chain, Verdict: tt.verdict}); got != tt.want {
 			t.Errorf("ExplainStop(%s, %s, %s) = %q, want %q", tt.table, tt.chain, tt.verdict, got, tt.want)
 		}
 	}

@@ -96,3 +96,18 @@ func (r *Result) String() string {
 	}
 	return b.String()
 }
+
+// Stop is the rule that gave a packet its DROP or REJECT, as the mode that wrote the rule explains it
+// (each mode's ExplainStop).
+type Stop struct {
+	// Table is the rule's iptables table ("" in nftables); Chain its chain.
+	Table, Chain string
+	// Rule is the rule as the tracer prints it, after "CHAIN: "; Comment is its comment ("" without one).
+	Rule, Comment string
+	// Verdict is DROP or REJECT.
+	Verdict string
+	// Dst, Protocol and Port are the packet's destination.
+	Dst      netip.Addr
+	Protocol string
+	Port     uint16
+}
