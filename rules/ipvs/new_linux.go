@@ -237,20 +237,15 @@ func cleanupRules(ctx context.Context, k *kernelRules, r *xtables.Runner) []erro
 		// Flush them all at once (which also drops the jumps between them), then delete them: all at once
 		// when possible, else one by one, leaving a chain still in use (KUBE-MARK-MASQ by iptables-mode
 		// chains, say) for the iptables mode's cleanup.
-		var flush, del strings.Builder
-		for _, c := range present {
-			flush.WriteString(":" + c + " - [0:0]\n")
-			del.WriteString("-X " + c + "\n")
-		}
-		if err := k.restore(ctx, []byte("*"+table+"\n"+flush.String()+"COMMIT\n")); err != nil {
+		if err := k.restore(ctx, xtables.FlushChainsPayload(table, present)); err != nil {
 			errs = append(errs, fmt.Errorf("%s: flushing the IPVS-mode %s chains: %w", r.Backend, table, err))
 			continue
 		}
-		if err := k.restore(ctx, []byte("*"+table+"\n"+del.String()+"COMMIT\n")); err == nil {
+		if err := k.restore(ctx, xtables.DeleteChainsPayload(table, present)); err == nil {
 			continue
 		}
 		for _, c := range present {
-			if err := k.restore(ctx, []byte("*"+table+"\n-X "+c+"\nCOMMIT\n")); err != nil {
+			if err := k.restore(ctx, xtables.DeleteChainsPayload(table, []string{c})); err != nil {
 				klog.V(2).InfoS("IPVS-mode chain left in place", "backend", r.Backend, "family", r.Family, "table", table, "chain", c, "err", err)
 			}
 		}

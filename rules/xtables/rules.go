@@ -49,13 +49,25 @@ func LocalArgs(m proxy.LocalMatch) (ifLocal, ifNotLocal []string) {
 // DeleteChainsPayload returns the iptables-restore payload that empties chains of table and deletes them,
 // in one transaction (a chain still jumped to from a chain not in the list makes it fail whole).
 func DeleteChainsPayload(table string, chains []string) []byte {
+	return chainsPayload(table, chains, true)
+}
+
+// FlushChainsPayload returns the iptables-restore payload that empties chains of table, which drops the
+// jumps between them; chains still jumped to from elsewhere are emptied too.
+func FlushChainsPayload(table string, chains []string) []byte {
+	return chainsPayload(table, chains, false)
+}
+
+func chainsPayload(table string, chains []string, del bool) []byte {
 	var p bytes.Buffer
 	fmt.Fprintf(&p, "*%s\n", table)
 	for _, c := range chains {
 		fmt.Fprintf(&p, ":%s - [0:0]\n", c)
 	}
 	for _, c := range chains {
-		fmt.Fprintf(&p, "-X %s\n", c)
+		if del {
+			fmt.Fprintf(&p, "-X %s\n", c)
+		}
 	}
 	p.WriteString("COMMIT\n")
 	return p.Bytes()
