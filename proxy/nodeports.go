@@ -57,34 +57,19 @@ func (n NodePortAddresses) forIP(primary netip.Addr) (cidrs []netip.Prefix, matc
 	return cidrs, false
 }
 
-// LocalAddrs returns the local interface addresses inside cidrs, sorted (for the health-check servers and
-// the nftables nodeport-ips set); all is passed through: when it is true every address matches and none
-// is listed.
-func LocalAddrs(cidrs []netip.Prefix, all bool) (addrs []netip.Addr, matchAll bool) {
-	if all {
-		return nil, true
-	}
+// InterfaceAddrs returns the addresses of the node's interfaces (none when they cannot be read).
+func InterfaceAddrs() []netip.Addr {
 	ifAddrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil, false
+		return nil
 	}
-	var out []netip.Addr
+	out := make([]netip.Addr, 0, len(ifAddrs))
 	for _, a := range ifAddrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if !ok {
-			continue
-		}
-		ip = ip.Unmap()
-		for _, c := range cidrs {
-			if c.Contains(ip) && !slices.Contains(out, ip) {
-				out = append(out, ip)
+		if ipn, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				out = append(out, ip.Unmap())
 			}
 		}
 	}
-	slices.SortFunc(out, netip.Addr.Compare)
-	return out, false
+	return out
 }

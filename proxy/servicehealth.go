@@ -54,7 +54,7 @@ func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Heal
 	}
 	addrs := func(snap *Snapshot) []netip.Addr {
 		st := settings()
-		addrs, all := LocalAddrs(st.NodePortCIDRs(&snap.Node))
+		addrs, all := st.NodePortIPs(&snap.Node, InterfaceAddrs)
 		if all {
 			return []netip.Addr{unspecified}
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -93,6 +94,23 @@ func (s *Settings) NodeIP(node *Node) netip.Addr {
 // matchAll is true when nothing restricts the family.
 func (s *Settings) NodePortCIDRs(node *Node) (cidrs []netip.Prefix, matchAll bool) {
 	return s.NodePortAddresses.forIP(s.NodeIP(node))
+}
+
+// NodePortIPs returns the node's addresses that NodePorts (and health-check node ports) answer on, of
+// those addrs returns (InterfaceAddrs for the node's own), sorted, each once; matchAll is set instead
+// when nothing restricts the family (see NodePortCIDRs), and addrs is then not called.
+func (s *Settings) NodePortIPs(node *Node, addrs func() []netip.Addr) (ips []netip.Addr, matchAll bool) {
+	cidrs, all := s.NodePortCIDRs(node)
+	if all {
+		return nil, true
+	}
+	for _, a := range addrs() {
+		if slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(a) }) {
+			ips = append(ips, a)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return slices.Compact(ips), false
 }
 
 // LocalDetector says how "traffic from a local pod" is recognised, as configured (detectLocalMode and

@@ -114,3 +114,36 @@ func TestFamilies(t *testing.T) {
 		t.Errorf("IPv6 bindAddress: %v", f)
 	}
 }
+
+// TestNodePortIPs: of the node's addresses, those inside nodePortAddresses ("primary" following the
+// Node), sorted and each once; every address, unread, when nothing restricts the family.
+func TestNodePortIPs(t *testing.T) {
+	addrs := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	node := &Node{IPs: addrs("10.0.0.1")}
+	local := addrs("192.168.1.5", "10.0.0.1", "127.0.0.1", "10.0.0.1", "192.168.2.5", "fd00::1")
+	for _, tt := range []struct {
+		list []string
+		want []netip.Addr
+		all  bool
+	}{
+		{nil, nil, true},
+		{[]string{"0.0.0.0/0"}, nil, true},
+		{[]string{"primary"}, addrs("10.0.0.1"), false},
+		{[]string{"primary", "192.168.0.0/16"}, addrs("10.0.0.1", "192.168.1.5", "192.168.2.5"), false},
+		{[]string{"localhost"}, addrs("127.0.0.1"), false},
+		{[]string{"172.16.0.0/12"}, nil, false},
+	} {
+		s := Settings{Family: v1.IPv4Protocol, NodePortAddresses: ParseNodePortAddresses(tt.list, v1.IPv4Protocol)}
+		read := false
+		got, all := s.NodePortIPs(node, func() []netip.Addr { read = true; return local })
+		if !cmp.Equal(got, tt.want, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) || all != tt.all || read == all {
+			t.Errorf("%q: %v, all %v (addresses read: %v), want %v, all %v", tt.list, got, all, read, tt.want, tt.all)
+		}
+	}
+}

@@ -300,15 +300,15 @@ func newEnv(cfg *Config, node *proxy.Node, addrs []netip.Addr) env {
 	}
 	slices.SortFunc(e.local, netip.Addr.Compare)
 	e.local = slices.Compact(e.local)
-	cidrs, all := cfg.NodePortCIDRs(node)
-	for _, a := range e.local {
-		if a.IsLoopback() || (a.Is6() && a.IsLinkLocalUnicast()) {
-			continue
-		}
-		if all || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			e.nodePortIPs = append(e.nodePortIPs, a)
-		}
+	// IPVS serves no NodePort on loopback or IPv6 link-local addresses, whatever nodePortAddresses says.
+	candidates := slices.DeleteFunc(slices.Clone(e.local), func(a netip.Addr) bool {
+		return a.IsLoopback() || (a.Is6() && a.IsLinkLocalUnicast())
+	})
+	ips, all := cfg.NodePortIPs(node, func() []netip.Addr { return candidates })
+	if all {
+		ips = candidates
 	}
+	e.nodePortIPs = ips
 	return e
 }
 

@@ -45,8 +45,8 @@ type Dataplane struct {
 	// localhost serves TCP NodePorts on loopback (the KubeProxyNFTablesLocalhostNodePorts gate on);
 	// nil with the gate off.
 	localhost *localhostProxy
-	// localAddrs lists the node's addresses inside the NodePort CIDRs (proxy.LocalAddrs).
-	localAddrs func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool)
+	// localAddrs lists the node's addresses (proxy.InterfaceAddrs).
+	localAddrs func() []netip.Addr
 	chunk      chunk
 	now        func() time.Time
 
@@ -75,7 +75,7 @@ var _ proxy.Dataplane = (*Dataplane)(nil)
 func newDataplane(cfg Config, k kernel, c cleaner, m *Metrics) *Dataplane {
 	return &Dataplane{
 		family: cfg.Family, kernel: k, cleaner: c, metrics: m.forFamily(cfg.Family),
-		localAddrs: proxy.LocalAddrs, chunk: defaultChunk, now: time.Now, staleFlushed: make(chan struct{}, 1),
+		localAddrs: proxy.InterfaceAddrs, chunk: defaultChunk, now: time.Now, staleFlushed: make(chan struct{}, 1),
 		cfg: cfg, renderer: newRenderer(cfg),
 	}
 }
@@ -126,8 +126,7 @@ func (d *Dataplane) inputs(snap *proxy.Snapshot, cfg *Config) inputs {
 		nodeIP:       cfg.NodeIP(&snap.Node),
 		serviceCIDRs: snap.ServiceCIDRs,
 	}
-	cidrs, all := cfg.NodePortCIDRs(&snap.Node)
-	in.nodePortIPs, in.nodePortAll = d.localAddrs(cidrs, all)
+	in.nodePortIPs, in.nodePortAll = cfg.NodePortIPs(&snap.Node, d.localAddrs)
 	return in
 }
 

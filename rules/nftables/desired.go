@@ -22,28 +22,9 @@ func Desired(cfg Config, snap *proxy.Snapshot, localAddrs []netip.Addr) (string,
 	}
 	fake := knftables.NewFake(kf, TableName)
 	d := newDataplane(cfg, &knftKernel{nft: fake, fam: familyOf(cfg.Family)}, nil, NewMetrics(nil, false))
-	d.localAddrs = nodeAddrsIn(localAddrs)
+	d.localAddrs = func() []netip.Addr { return localAddrs }
 	if err := d.Apply(context.Background(), snap, true); err != nil {
 		return "", fmt.Errorf("rendering the %s table: %w", cfg.Family, err)
 	}
 	return fake.Dump(), nil
-}
-
-// nodeAddrsIn is proxy.LocalAddrs over a given list of node addresses instead of the interfaces'.
-func nodeAddrsIn(local []netip.Addr) func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
-	return func(cidrs []netip.Prefix, all bool) ([]netip.Addr, bool) {
-		if all {
-			return nil, true
-		}
-		var out []netip.Addr
-		for _, a := range local {
-			for _, c := range cidrs {
-				if c.Contains(a) {
-					out = append(out, a)
-					break
-				}
-			}
-		}
-		return out, false
-	}
 }

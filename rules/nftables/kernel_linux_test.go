@@ -219,7 +219,7 @@ func netlinkPartialSyncs(t *testing.T, st []*proxy.Snapshot) {
 	ns := netnstest.New(t)
 	cfg := testConfig(v4, "10.244.0.0/16")
 	d := newDataplane(cfg, netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
-	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	for i, s := range st {
@@ -267,7 +267,7 @@ func sortedBlocks(listing string) string {
 func TestTraceCasesKernel(t *testing.T) {
 	ns := netnstest.New(t)
 	d := newDataplane(caseConfig(), netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
-	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
 	apply(t, d, tracecases.Snapshot(), true)
 	listing, err := ns.Exec(nil, "nft", "list", "table", "ip", TableName)
 	if err != nil {
@@ -287,7 +287,7 @@ func TestWatchAndCheckRepair(t *testing.T) {
 	ns := netnstest.New(t)
 	k := netlinkKernelIn(t, v4, ns)
 	d := newDataplane(caseConfig(), k, nil, NewMetrics(nil, false))
-	d.localAddrs = func([]netip.Prefix, bool) ([]netip.Addr, bool) { return nil, true }
+	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	snap := tracecases.Snapshot()
