@@ -10,6 +10,7 @@ import (
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
 	"kube-proxy/rules/ipvs"
+	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 )
 
@@ -171,7 +172,7 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 	// Sets that only rules pending deletion still name are not stale yet either.
 	pendingSets := map[string]bool{}
 	for _, c := range wantChains {
-		svc := nftService(c)
+		svc := nftables.ServiceOfName(c)
 		if !slices.Contains(liveChains, c) {
 			out = append(out, Drift{Kind: "missing", Dataplane: name, Service: svc, Object: "chain " + c,
 				Detail: fmt.Sprintf("%d rules", len(want.Rules(fam, c)))})
@@ -195,14 +196,14 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 	}
 	for _, c := range liveChains {
 		if !slices.Contains(wantChains, c) {
-			out = append(out, Drift{Kind: "stale", Dataplane: name, Service: nftService(c), Object: "chain " + c,
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Service: nftables.ServiceOfName(c), Object: "chain " + c,
 				Detail: fmt.Sprintf("%d rules", len(live.Rules(fam, c)))})
 		}
 	}
 	wantSets, liveSets := named(want.Sets(fam)), named(live.Sets(fam))
 	for _, s := range wantSets {
 		if !slices.Contains(liveSets, s) {
-			out = append(out, Drift{Kind: "missing", Dataplane: name, Service: nftService(s), Object: "set " + s})
+			out = append(out, Drift{Kind: "missing", Dataplane: name, Service: nftables.ServiceOfName(s), Object: "set " + s})
 			continue
 		}
 		missing, stale := multisetDiff(want.Elements(fam, s), live.Elements(fam, s))
@@ -215,7 +216,7 @@ func DiffNFTables(want, live *nftrace.Tables, family v1.IPFamily) []Drift {
 	}
 	for _, s := range liveSets {
 		if !slices.Contains(wantSets, s) && !pendingSets[s] {
-			out = append(out, Drift{Kind: "stale", Dataplane: name, Service: nftService(s), Object: "set " + s})
+			out = append(out, Drift{Kind: "stale", Dataplane: name, Service: nftables.ServiceOfName(s), Object: "set " + s})
 		}
 	}
 	return out
@@ -256,13 +257,10 @@ func named(sets []string) []string {
 	return out
 }
 
-// nftService names the Service port of a per-Service chain or set ("service-HASH-ns/name/tcp/port").
-func nftService(name string) string { return serviceOfNFTables(name + ":") }
-
 // elementService names the Service port an element points to (its goto target or its comment).
 func elementService(e string) string {
 	if i := strings.LastIndex(e, "goto "); i >= 0 {
-		if s := nftService(strings.Fields(e[i+5:])[0]); s != "" {
+		if s := nftables.ServiceOfName(strings.Fields(e[i+5:])[0]); s != "" {
 			return s
 		}
 	}

@@ -118,7 +118,7 @@ func serviceOfIPTables(rule string) string { return iptables.ServiceOfComment(co
 
 func serviceOfNFTables(rule string) string {
 	chain, _, _ := strings.Cut(rule, ":")
-	return nftables.ServiceOfChain(chain)
+	return nftables.ServiceOfName(chain)
 }
 
 func renderIPTablesMode(d *Desired, cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot, _ []netip.Addr, counters iptables.NFAcct) error {

@@ -16,6 +16,7 @@ import (
 
 	"kube-proxy/proxy"
 	"kube-proxy/rules/iptables"
+	"kube-proxy/rules/nftables"
 )
 
 // TraceReport is trace's result, as --json prints it.
@@ -220,8 +221,9 @@ func resolveService(ctx context.Context, env *Env, live *Live, ref string) (neti
 				return a, p, proto, nil
 			}
 		}
+		// A Service chain's masquerade rule carries the same comment (KUBE-SERVICES' rule may be gone).
 		for _, c := range x.Tables.Chains("nat") {
-			if !strings.HasPrefix(c, iptables.PrefixService) && !strings.HasPrefix(c, "KUBE-SERVICES") && !strings.HasPrefix(c, "KUBE-DISPATCH") {
+			if !strings.HasPrefix(c, iptables.PrefixService) {
 				continue
 			}
 			for _, r := range x.Tables.Rules("nat", c) {
@@ -233,7 +235,7 @@ func resolveService(ctx context.Context, env *Env, live *Live, ref string) (neti
 	}
 	for _, text := range live.NFTText {
 		for _, m := range nftElemRE.FindAllStringSubmatch(text, -1) {
-			if s := nftService(m[4]); s != "" && svcMatches(s, nsName, portName) {
+			if s := nftables.ServiceOfName(m[4]); s != "" && svcMatches(s, nsName, portName) {
 				a, err := netip.ParseAddr(m[1])
 				p, err2 := strconv.Atoi(m[3])
 				if err == nil && err2 == nil {

@@ -10,23 +10,24 @@ import (
 	"kube-proxy/rules/internal/traceresult"
 )
 
-// perServicePrefixes are the prefixes of the chains made for one Service port (or one of its endpoints).
-var perServicePrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint}
+// perServicePrefixes are the prefixes of the chains and sets made for one Service port (or one of its
+// endpoints).
+var perServicePrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint, prefixAffinity}
 
-// ServiceOfChain returns the Service port ("ns/name" or "ns/name:port") a per-Service chain's name
-// carries (prefix, hash, "-ns/name/protocol/port", see serviceBase; an endpoint chain's name goes on with
-// "__ip/port", see endpointBase); "" for any other chain.
-func ServiceOfChain(chain string) string {
+// ServiceOfName returns the Service port ("ns/name" or "ns/name:port") a per-Service chain's or set's
+// name carries (prefix, hash, "-ns/name/protocol/port", see serviceBase; an endpoint's chain and affinity
+// set go on with "__ip/port", see endpointBase); "" for any other name.
+func ServiceOfName(name string) string {
 	for _, prefix := range perServicePrefixes {
-		rest, ok := strings.CutPrefix(chain, prefix)
+		rest, ok := strings.CutPrefix(name, prefix)
 		if !ok {
 			continue
 		}
-		_, name, ok := strings.Cut(rest, "-")
-		if !ok || strings.Count(name, "/") < 3 {
+		_, base, ok := strings.Cut(rest, "-")
+		if !ok || strings.Count(base, "/") < 3 {
 			return ""
 		}
-		parts := strings.SplitN(name, "/", 4)
+		parts := strings.SplitN(base, "/", 4)
 		port, _, _ := strings.Cut(parts[3], "__")
 		if port == "" {
 			return parts[0] + "/" + parts[1]

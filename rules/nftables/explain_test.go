@@ -13,7 +13,7 @@ import (
 	"kube-proxy/rules/internal/traceresult"
 )
 
-func TestServiceOfChain(t *testing.T) {
+func TestServiceOfName(t *testing.T) {
 	named := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "web"}, Port: "http", Protocol: v1.ProtocolTCP}
 	unnamed := proxy.ServicePortName{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "dns"}, Protocol: v1.ProtocolUDP}
 	ep := netip.MustParseAddrPort("10.244.1.2:8080")
@@ -23,13 +23,14 @@ func TestServiceOfChain(t *testing.T) {
 		prefixService + serviceBase(unnamed):       "ns/dns",
 		prefixEndpoint + endpointBase(named, ep):   "ns/web:http",
 		prefixEndpoint + endpointBase(unnamed, ep): "ns/dns",
+		prefixAffinity + endpointBase(named, ep):   "ns/web:http",
 		prefixLocal + serviceBase(named):           "ns/web:http",
 		prefixFirewall + serviceBase(unnamed):      "ns/dns",
 		chainServiceEndpointsCheck:                 "",
 		"nodeports":                                "",
 	} {
-		if got := ServiceOfChain(chain); got != want {
-			t.Errorf("ServiceOfChain(%s) = %q, want %q", chain, got, want)
+		if got := ServiceOfName(chain); got != want {
+			t.Errorf("ServiceOfName(%s) = %q, want %q", chain, got, want)
 		}
 	}
 }
