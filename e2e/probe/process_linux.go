@@ -2,8 +2,10 @@ package probe
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,6 +23,8 @@ type Process struct {
 	Name string
 	// LogPath is the file stdout and stderr are appended to.
 	LogPath string
+	// Echo, when set, gets stdout and stderr too (a console, say).
+	Echo io.Writer
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -42,7 +46,8 @@ func StartProcess(name string, cmd *exec.Cmd, logPath string) (*Process, error) 
 	return p, nil
 }
 
-// Start starts cmd with stdout and stderr appended to LogPath (unless cmd already sets them) and stdin
+// Start starts cmd with stdout and stderr appended to LogPath and copied to Echo (unless cmd already sets
+// them) and stdin
 // from /dev/null. Unless cmd sets SysProcAttr, the process gets its own process group (so a terminal's
 // ^C reaches only the test binary, which then stops it) and SIGKILL as parent-death signal.
 // A Process can be started once.
@@ -56,11 +61,15 @@ func (p *Process) Start(cmd *exec.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("opening log of %s: %w", p.Name, err)
 	}
+	var out io.Writer = logf
+	if p.Echo != nil {
+		out = io.MultiWriter(logf, p.Echo)
+	}
 	if cmd.Stdout == nil {
-		cmd.Stdout = logf
+		cmd.Stdout = out
 	}
 	if cmd.Stderr == nil {
-		cmd.Stderr = logf
+		cmd.Stderr = out
 	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -203,4 +212,31 @@ func Tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// PrefixLines returns a writer that writes each line written to it to w as "prefix: line", whole lines
+// only (for a process's Echo to a console shared with other output).
+func PrefixLines(w io.Writer, prefix string) io.Writer { return &prefixLines{w: w, prefix: prefix} }
+
+type prefixLines struct {
+	mu      sync.Mutex
+	w       io.Writer
+	prefix  string
+	partial []byte
+}
+
+func (p *prefixLines) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.partial = append(p.partial, b...)
+	for {
+		i := bytes.IndexByte(p.partial, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		if _, err := fmt.Fprintf(p.w, "%s: %s\n", p.prefix, p.partial[:i]); err != nil {
+			return len(b), err
+		}
+		p.partial = p.partial[i+1:]
+	}
 }

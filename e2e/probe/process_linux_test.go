@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -75,5 +76,24 @@ func TestProcessStopKills(t *testing.T) {
 	waitLog(t, p, "ready")
 	if err := p.Stop(syscall.SIGTERM, 200*time.Millisecond); err == nil || !p.Exited() {
 		t.Errorf("Stop of a process ignoring SIGTERM: %v, exited %v; want it killed, with an error", err, p.Exited())
+	}
+}
+
+// TestProcessEcho: with Echo set, the output goes to the log and, line by line with a prefix, to Echo.
+func TestProcessEcho(t *testing.T) {
+	var console strings.Builder
+	p := NewProcess("echoer", t.TempDir()+"/echoer.log")
+	p.Echo = PrefixLines(&console, "echoer")
+	if err := p.Start(exec.Command("sh", "-c", "printf 'one\\ntw'; sleep 0.1; printf 'o\\nthree\\n'")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := console.String(), "echoer: one\nechoer: two\nechoer: three\n"; got != want {
+		t.Errorf("echoed %q, want %q", got, want)
+	}
+	if got := p.Log(); got != "one\ntwo\nthree\n" {
+		t.Errorf("log %q", got)
 	}
 }

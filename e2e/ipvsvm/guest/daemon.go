@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,82 +11,37 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	ipvslib "github.com/cloudflare/ipvs"
 
 	"kube-proxy/e2e/ipvsvm"
+	"kube-proxy/e2e/probe"
 	"kube-proxy/rules/ipvs"
 )
 
-// proc is a started daemon whose output goes to the console with a prefix (nowhere without one; its last
-// lines are kept either way).
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	mu   sync.Mutex
-	tail []string
-}
-
-func start(prefix string, args ...string) (*proc, error) {
-	p := &proc{cmd: exec.Command(args[0], args[1:]...), done: make(chan struct{})}
-	r, w, err := os.Pipe()
-	if err != nil {
+// startDaemon starts args as a daemon logging to /tmp/NAME.log and, with echo set, to the console too
+// (each line after "NAME: "). Like the rows' daemons (fb.start), it gets neither a process group of its
+// own nor a parent-death signal.
+func startDaemon(name string, echo bool, args ...string) (*probe.Process, error) {
+	p := probe.NewProcess(name, "/tmp/"+name+".log")
+	if echo {
+		p.Echo = probe.PrefixLines(os.Stdout, name)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if err := p.Start(cmd); err != nil {
 		return nil, err
 	}
-	p.cmd.Stdout, p.cmd.Stderr = w, w
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	w.Close()
-	go func() {
-		sc := bufio.NewScanner(r)
-		for sc.Scan() {
-			if prefix != "" {
-				fmt.Printf("%s: %s\n", prefix, sc.Text())
-			}
-			p.mu.Lock()
-			p.tail = append(p.tail, sc.Text())
-			if len(p.tail) > 20 {
-				p.tail = p.tail[1:]
-			}
-			p.mu.Unlock()
-		}
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
 }
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+// lastLines returns the end of a daemon's log on one line (kp.tail for the rows' daemons).
+func lastLines(p *probe.Process) string { return strings.ReplaceAll(p.LogTail(20), "\n", " | ") }
 
-func (p *proc) lastLines() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(p.tail, " | ")
-}
-
-func (p *proc) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+// stopDaemon stops a daemon with SIGTERM, killing it after 10 s.
+func stopDaemon(p *probe.Process) { _ = p.Stop(syscall.SIGTERM, 10*time.Second) }
 
 // daemonCase runs the daemon against the host's apiserver: the host creates a Service when asked, the
 // client must reach it through the cluster IP; the host deletes it, its virtual server must go; then the
@@ -105,14 +59,14 @@ func daemonCase(d *ipvsvm.DaemonParams) error {
 			return err
 		}
 	}
-	p, err := start("kube-proxy", d.Binary, "--config", d.Config)
+	p, err := startDaemon("kube-proxy", true, d.Binary, "--config", d.Config)
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer stopDaemon(p)
 	if err := waitFor(90*time.Second, func() error {
-		if p.exited() {
-			return errStop{fmt.Errorf("daemon exited: %s", p.lastLines())}
+		if p.Exited() {
+			return errStop{fmt.Errorf("daemon exited: %s", lastLines(p))}
 		}
 		resp, err := http.Get("http://127.0.0.1:10256/healthz")
 		if err != nil {
@@ -130,8 +84,8 @@ func daemonCase(d *ipvsvm.DaemonParams) error {
 	report("WAIT", "create-service")
 	target := addr(d.ServiceIP, 80)
 	if err := waitFor(90*time.Second, func() error {
-		if p.exited() {
-			return errStop{fmt.Errorf("daemon exited: %s", p.lastLines())}
+		if p.Exited() {
+			return errStop{fmt.Errorf("daemon exited: %s", lastLines(p))}
 		}
 		h, err := hit("client", "tcp", target, 1, dialTimeout)
 		if err != nil {
@@ -179,7 +133,7 @@ func daemonCase(d *ipvsvm.DaemonParams) error {
 	}); err != nil {
 		return fmt.Errorf("after the Service was deleted: %w", err)
 	}
-	p.stop()
+	stopDaemon(p)
 
 	if out, err := shOut(d.Binary, "--cleanup"); err != nil {
 		return fmt.Errorf("kube-proxy --cleanup: %w: %s", err, strings.TrimSpace(out))

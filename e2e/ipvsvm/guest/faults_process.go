@@ -158,13 +158,7 @@ func (d *kp) notes(what string, offset int, re string) {
 	report("NOTE", what+":\n"+strings.Join(lines, "\n"))
 }
 
-func (d *kp) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(d.log(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
+func (d *kp) tail(n int) string { return strings.ReplaceAll(d.proc.LogTail(n), "\n", " | ") }
 
 // dump copies the end of the daemon's log to the console.
 func (d *kp) dump() {

@@ -104,9 +104,13 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	}
 	tag := fmt.Sprintf("run=%d services=%d", run, p.Services)
 	t0 := time.Now()
-	proc, err := start("", impl.Args...) // quiet: the console would slow a chatty daemon down
-	defer proc.stop()
-	pid := proc.cmd.Process.Pid
+	proc, err := startDaemon(fmt.Sprintf("bench-%s-%d", impl.Name, run), false, impl.Args...) // quiet: the console would slow a chatty daemon down
+	if err != nil {
+		return err
+	}
+	defer os.Remove(proc.LogPath) // the guest's files are in its memory
+	defer stopDaemon(proc)
+	pid := proc.PID()
 	profile := func(name string, d time.Duration) func() {
 		if p.Profile == "" || impl.Name != "ours" {
 			return func() {}
@@ -136,8 +140,8 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 			look = time.Since(start)
 			longest = max(longest, look)
 		}()
-		if proc.exited() {
-			return errStop{fmt.Errorf("exited: %s", proc.lastLines())}
+		if proc.Exited() {
+			return errStop{fmt.Errorf("exited: %s", lastLines(proc))}
 		}
 		table, err := readProcIPVS()
 		if err != nil {
@@ -156,7 +160,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		return nil
 	}, func() time.Duration { return max(200*time.Millisecond, 4*look) })
 	if err != nil {
-		return fmt.Errorf("cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
+		return fmt.Errorf("cold start: %w; the daemon's last lines: %s", err, lastLines(proc))
 	}
 	report("BENCH", impl.Name+"/cold-start", secs(time.Since(t0)), fmt.Sprintf("%s (the longest look at the table took %s)", tag, secs(longest)))
 	rss, err := vmRSS(pid)
@@ -176,7 +180,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 	// until the process is idle, so that the changes measure changes, not the end of the first sync.
 	// Upstream's first sync at 10,000 Services goes on for over ten minutes under TCG.
 	if err := waitIdle(pid, 15*time.Minute+time.Duration(p.Services)*200*time.Millisecond); err != nil {
-		return fmt.Errorf("after the cold start: %w; the daemon's last lines: %s", err, proc.lastLines())
+		return fmt.Errorf("after the cold start: %w; the daemon's last lines: %s", err, lastLines(proc))
 	}
 	report("BENCH", impl.Name+"/settled", secs(time.Since(t0)), tag+": exec -> idle after the first sync")
 	if rss, err := vmRSS(pid); err == nil {
@@ -202,8 +206,8 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		t := time.Now()
 		report("WAIT", "bench-change", i, gens[i])
 		err := waitEvery(5*time.Minute, 5*time.Millisecond, func() error {
-			if proc.exited() {
-				return errStop{fmt.Errorf("exited: %s", proc.lastLines())}
+			if proc.Exited() {
+				return errStop{fmt.Errorf("exited: %s", lastLines(proc))}
 			}
 			ds, err := c.Destinations(svc)
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -222,7 +226,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("change %d (Service %d): %w; the daemon's last lines: %s", k+1, i, err, proc.lastLines())
+			return fmt.Errorf("change %d (Service %d): %w; the daemon's last lines: %s", k+1, i, err, lastLines(proc))
 		}
 		lat = append(lat, time.Since(t))
 		time.Sleep(200 * time.Millisecond)
@@ -268,7 +272,7 @@ func measure(impl ipvsvm.BenchImpl, run int, p *ipvsvm.SideBySideParams, idle ti
 		report("BENCH", impl.Name+"/rss-mib-peak", fmt.Sprintf("%.1f", hwm), tag+" the largest RSS of the run (VmHWM)")
 	}
 	heap("end")
-	proc.stop()
+	stopDaemon(proc)
 	return nil
 }
 
