@@ -327,8 +327,7 @@ func (d *Dataplane) noteRemoved(cfg Config) bool {
 
 // countRemoved logs and counts one removal of our rules by someone else.
 func (d *Dataplane) countRemoved(missing string) {
-	klog.InfoS("iptables rules were removed behind our back; restoring them with a full sync", "ipFamily", d.family, "missing", missing)
-	d.metrics.rulesRemoved.Inc()
+	syncstate.ChangedExternally(d.metrics.rulesRemoved, d.family, "iptables rules", missing+" is missing")
 }
 
 // missing names the first canary chain or essential jump rule that is gone ("" when all are there).

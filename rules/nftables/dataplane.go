@@ -156,8 +156,7 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 			return fmt.Errorf("reading the %s table back: %w", d.family, err)
 		}
 		if why := d.m.diff(ks); why != "" {
-			klog.InfoS("The nftables table was changed behind our back; rewriting it", "ipFamily", d.family, "change", why)
-			d.metrics.removedExternally.Inc()
+			syncstate.ChangedExternally(d.metrics.removedExternally, d.family, "nftables table", why)
 			rebuild = true
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
+	"kube-proxy/rules/internal/syncstate"
 )
 
 // New returns the dataplane of one IP family, writing to the kernel over netlink.
@@ -197,8 +198,7 @@ func (d *Dataplane) tableDeleted(c *gnft.Conn) bool {
 		return false
 	}
 	d.state.MarkFull()
-	klog.InfoS("The nftables table was deleted behind our back; rewriting it", "ipFamily", d.family)
-	d.metrics.removedExternally.Inc()
+	syncstate.ChangedExternally(d.metrics.removedExternally, d.family, "nftables table", "the table is gone")
 	return true
 }
 

@@ -2,7 +2,7 @@
 // sync must be full, which reconfiguration a sync began under (so that one reconfigured meanwhile does not
 // clear the need for a full sync), and the snapshot the last successful sync applied, which partial syncs
 // diff against. It also runs the conntrack cleanup that follows a successful sync in modes iptables, ipvs
-// and nftables.
+// and nftables, and logs and counts what someone else changed behind a mode's back.
 //
 // A sync goes:
 //
@@ -16,6 +16,7 @@ package syncstate
 import (
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -137,4 +138,12 @@ func CleanConntrack(c Cleaner, family v1.IPFamily, snap *proxy.Snapshot, full bo
 	if err := c.Clean(snap); err != nil {
 		klog.ErrorS(err, "Conntrack cleanup failed; stale UDP/SCTP flows may linger until they time out", "ipFamily", family)
 	}
+}
+
+// ChangedExternally logs and counts (in counter, the mode's metric) one finding that someone else changed
+// what a mode wrote for family, which the mode restores with a full sync: rules names the mode's kernel
+// state ("iptables rules", "nftables table"), change what was found.
+func ChangedExternally(counter prometheus.Counter, family v1.IPFamily, rules, change string) {
+	klog.InfoS("Kube-proxy's rules were changed behind our back; a full sync restores them", "ipFamily", family, "rules", rules, "change", change)
+	counter.Inc()
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/proxy"
@@ -238,4 +240,13 @@ func TestCleanConntrack(t *testing.T) {
 			t.Errorf("Clean called %d times, want 1", c.calls)
 		}
 	})
+}
+
+func TestChangedExternally(t *testing.T) {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "changed_total"})
+	ChangedExternally(c, v1.IPv4Protocol, "iptables rules", "nat/KUBE-SERVICES is missing")
+	ChangedExternally(c, v1.IPv4Protocol, "iptables rules", "nat/KUBE-SERVICES is missing")
+	if got := testutil.ToFloat64(c); got != 2 {
+		t.Errorf("counted %v, want 2", got)
+	}
 }
