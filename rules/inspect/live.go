@@ -121,12 +121,9 @@ func (l *Live) Modes() []string {
 			continue
 		}
 		m := fmt.Sprintf("iptables (%s backend)", x.Backend)
-		if x.ipvs() {
-			m = fmt.Sprintf("ipvs (iptables %s backend)", x.Backend)
-		}
-		if x.userspace() {
-			m = fmt.Sprintf("userspace (iptables %s backend)", x.Backend)
-			if x.Chains > x.userspaceChains() {
+		if mode := x.mode(); mode != config.ModeIPTables {
+			m = fmt.Sprintf("%s (iptables %s backend)", mode, x.Backend)
+			if mode == config.ModeUserspace && x.Chains > x.userspaceChains() {
 				m += fmt.Sprintf(", iptables (%s backend)", x.Backend)
 			}
 		}
