@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -487,9 +488,9 @@ func liveServiceAddrs(live *Live) map[string]bool {
 			}
 		}
 	}
-	for _, t := range live.NFTText {
-		for _, m := range nftElemRE.FindAllStringSubmatch(t, -1) {
-			out[net.JoinHostPort(m[1], m[3])] = true
+	for _, f := range live.NFTFamilies {
+		for _, e := range nftables.ServiceElements(live.NFT, f) {
+			out[netip.AddrPortFrom(e.Addr, e.Port).String()] = true
 		}
 	}
 	return out

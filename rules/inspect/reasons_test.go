@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
@@ -146,4 +147,46 @@ func tracerServer(vs ipvs.DesiredVirtualServer) (iptrace.VirtualServer, error) {
 		out.Reals = append(out.Reals, iptrace.RealServer{Addr: rp, Weight: 1})
 	}
 	return out, nil
+}
+
+// TestServiceFromRules: with the API out of reach, trace finds a Service port's cluster IP in the rules
+// of modes iptables and nftables (an internalTrafficPolicy Local one's too), and lists the Service
+// addresses near a packet that met no Service rule.
+func TestServiceFromRules(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	snap := tracecases.Snapshot()
+	env := &Env{Config: config.Default()}
+	for _, mode := range []config.ProxyMode{config.ModeIPTables, config.ModeNFTables} {
+		live, err := liveOfCaseTable(mode, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ref, want := range map[string]string{"t/cluster": "tcp 10.96.1.1:80", "t/itp": "udp 10.96.1.5:53", "t/local": "tcp 10.96.1.3:80"} {
+			addr, port, proto, err := resolveService(context.Background(), env, live, ref)
+			if got := fmt.Sprintf("%s %s", proto, netip.AddrPortFrom(addr, port)); err != nil || got != want {
+				t.Errorf("mode %s: %s resolved to %s (%v), want %s", mode, ref, got, err, want)
+			}
+		}
+		if _, _, _, err := resolveService(context.Background(), env, live, "t/none"); err == nil {
+			t.Errorf("mode %s: a Service without rules resolved", mode)
+		}
+		walks, err := live.Trace(Packet{Src: tracecases.FromPod.Src, Dst: netip.MustParseAddr("10.96.1.1"), Protocol: "tcp", Port: 81, In: "veth7"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode == config.ModeNFTables {
+			continue // rejected (cluster-ips-check): nothing to list
+		}
+		if n := walks[0].Nearest; len(n) == 0 || !strings.HasPrefix(n[0], "tcp 10.96.1.1:80 (t/cluster cluster IP)") {
+			t.Errorf("mode %s: nearest %q", mode, n)
+		}
+	}
+	live, err := liveOfCaseTable(config.ModeNFTables, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := nearestNFT(live, Packet{Dst: netip.MustParseAddr("10.96.1.1"), Protocol: "tcp", Port: 81})
+	if len(n) != 1 || !strings.HasPrefix(n[0], "tcp 10.96.1.1:80 (service-") {
+		t.Errorf("nearest in mode nftables %q", n)
+	}
 }

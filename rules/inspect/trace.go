@@ -15,6 +15,7 @@ import (
 	"kube-proxy/rules/internal/traceresult"
 	"kube-proxy/rules/iptables"
 	"kube-proxy/rules/iptables/iptrace"
+	"kube-proxy/rules/nftables"
 	"kube-proxy/rules/nftables/nftrace"
 )
 
@@ -119,7 +120,7 @@ func (l *Live) Trace(pkt Packet) ([]Walk, error) {
 		}
 		w := explain("nftables "+string(pkt.Family()), walked{mode: config.ModeNFTables, nft: true}, res, pkt)
 		if len(w.Outcomes) > 0 && w.Outcomes[0].Endpoint == "" && w.Outcomes[0].Verdict == "ACCEPT" {
-			w.Nearest = nearestNFT(l.NFTText[pkt.Family()], pkt)
+			w.Nearest = nearestNFT(l, pkt)
 		}
 		walks = append(walks, w)
 	}
@@ -348,14 +349,12 @@ func nearestXT(x *XTables, pkt Packet) []string {
 	return out
 }
 
-var nftElemRE = regexp.MustCompile(`([0-9a-f.:]+) \. (tcp|udp|sctp) \. (\d+)(?: comment "[^"]*")? : goto ([^\s,}]+)`)
-
 // nearestNFT lists the service-ips map's elements on the packet's address or port.
-func nearestNFT(text string, pkt Packet) []string {
+func nearestNFT(l *Live, pkt Packet) []string {
 	var out []string
-	for _, m := range nftElemRE.FindAllStringSubmatch(text, -1) {
-		if m[1] == pkt.Dst.String() || m[3] == strconv.Itoa(int(pkt.Port)) {
-			s := fmt.Sprintf("%s %s:%s (%s)", m[2], m[1], m[3], m[4])
+	for _, e := range nftables.ServiceElements(l.NFT, pkt.Family()) {
+		if e.Addr == pkt.Dst || e.Port == pkt.Port {
+			s := fmt.Sprintf("%s %s:%d (%s)", e.Protocol, e.Addr, e.Port, e.Chain)
 			if !slices.Contains(out, s) {
 				out = append(out, s)
 			}

@@ -233,14 +233,10 @@ func resolveService(ctx context.Context, env *Env, live *Live, ref string) (neti
 			}
 		}
 	}
-	for _, text := range live.NFTText {
-		for _, m := range nftElemRE.FindAllStringSubmatch(text, -1) {
-			if s := nftables.ServiceOfName(m[4]); s != "" && svcMatches(s, nsName, portName) {
-				a, err := netip.ParseAddr(m[1])
-				p, err2 := strconv.Atoi(m[3])
-				if err == nil && err2 == nil {
-					return a, uint16(p), m[2], nil
-				}
+	for _, f := range live.NFTFamilies {
+		for _, e := range nftables.ServiceElements(live.NFT, f) {
+			if e.ClusterIP && svcMatches(e.Service, nsName, portName) {
+				return e.Addr, e.Port, e.Protocol, nil
 			}
 		}
 	}

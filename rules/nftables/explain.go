@@ -2,12 +2,15 @@ package nftables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/rules/internal/traceresult"
+	"kube-proxy/rules/nftables/nftrace"
 )
 
 // perServicePrefixes are the prefixes of the chains and sets made for one Service port (or one of its
@@ -61,4 +64,41 @@ func ExplainStop(s traceresult.Stop) string {
 		return "NodePorts are not served on localhost by this configuration"
 	}
 	return ""
+}
+
+// ServiceElement is an element of the service-ips map: a Service port's address, protocol and port, the
+// chain its new connections go to, and the Service port that chain is made for.
+type ServiceElement struct {
+	Addr     netip.Addr
+	Protocol string
+	Port     uint16
+	Chain    string
+	// Service is the Service port (ServiceOfName of Chain); ClusterIP is set when Addr is its cluster IP
+	// (the chain is the port's service- or local- chain, not its external- or firewall- chain).
+	Service   string
+	ClusterIP bool
+}
+
+// ServiceElements reads the service-ips map of family's table in ts (the live table or a rendered one),
+// in the map's order.
+func ServiceElements(ts *nftrace.Tables, family v1.IPFamily) []ServiceElement {
+	var out []ServiceElement
+	for _, e := range ts.Elements(familyOf(family).name, mapServiceIPs) {
+		// Canonical form: `ADDR . PROTO . PORT [comment "..."] : goto CHAIN`.
+		key, value, _ := strings.Cut(e, " : ")
+		fields := strings.Split(strings.SplitN(key, " comment ", 2)[0], " . ")
+		chain, ok := strings.CutPrefix(value, "goto ")
+		if len(fields) != 3 || !ok {
+			continue
+		}
+		addr, err := netip.ParseAddr(fields[0])
+		port, err2 := strconv.ParseUint(fields[2], 10, 16)
+		if err != nil || err2 != nil {
+			continue
+		}
+		out = append(out, ServiceElement{Addr: addr, Protocol: fields[1], Port: uint16(port), Chain: chain,
+			Service:   ServiceOfName(chain),
+			ClusterIP: strings.HasPrefix(chain, prefixService) || strings.HasPrefix(chain, prefixLocal)})
+	}
+	return out
 }

@@ -1,7 +1,9 @@
 package nftables
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"kube-proxy/proxy"
 	"kube-proxy/proxy/proxytest"
 	"kube-proxy/rules/internal/traceresult"
+	"kube-proxy/rules/nftables/nftrace"
 )
 
 func TestServiceOfName(t *testing.T) {
@@ -93,5 +96,36 @@ func TestExplainStop(t *testing.T) {
 		if got := ExplainStop(tt.s); got != tt.want {
 			t.Errorf("ExplainStop(%s, %s) = %q, want %q", tt.s.Chain, tt.s.Verdict, got, tt.want)
 		}
+	}
+}
+
+// TestServiceElements: the service-ips map of a rendered table, read back through the tracer's model:
+// cluster IPs go to the port's service- (or local-) chain, external addresses to its external- chain.
+func TestServiceElements(t *testing.T) {
+	snap := proxytest.Snapshot(v1.IPv4Protocol, proxy.Node{Name: proxytest.NodeName, Known: true},
+		proxytest.Port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, proxytest.ExternalIPs("192.0.2.10"),
+			proxytest.Endpoints("10.244.1.2:8080")),
+		proxytest.Port("ns/dns", "", v1.ProtocolUDP, "10.96.0.53", 53, proxytest.InternalLocal, proxytest.Endpoints("10.244.1.3:53,local")))
+	text, err := Desired(testConfig(v1.IPv4Protocol, "10.244.0.0/16"), snap, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := nftrace.New()
+	if err := ts.Load(text); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ServiceElements(ts, v1.IPv4Protocol) {
+		got = append(got, fmt.Sprintf("%s %s:%d %s cluster=%v %s", e.Protocol, e.Addr, e.Port, e.Service, e.ClusterIP, e.Chain[:strings.Index(e.Chain, "-")]))
+	}
+	want := []string{"udp 10.96.0.53:53 ns/dns cluster=true local", "tcp 10.96.0.10:80 ns/web:http cluster=true service",
+		"tcp 192.0.2.10:80 ns/web:http cluster=false external"}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("elements:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if ServiceElements(ts, v1.IPv6Protocol) != nil {
+		t.Errorf("elements in a family without a table")
 	}
 }
