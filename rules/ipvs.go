@@ -20,7 +20,7 @@ import (
 // iptables), and a dataplane per family whose iptables works, dual-stack when both do.
 func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, _ engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	families := proxy.Families(cfg)
-	primary, err := ipvs.NewConfig(cfg, families[0])
+	primary, err := ipvs.ConfigFrom(cfg, families[0])
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func newIPVS(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName s
 	metrics := ipvs.NewMetrics(reg)
 	ctMetrics := conntrack.NewMetrics(reg)
 	return perFamily(cfg, backend, func(family v1.IPFamily, runner *xtables.Runner) (proxy.Dataplane, error) {
-		c, err := ipvs.NewConfig(cfg, family)
+		c, err := ipvs.ConfigFrom(cfg, family)
 		if err != nil {
 			return nil, err
 		}

@@ -29,7 +29,11 @@ func newNFTables(_ context.Context, cfg *config.KubeProxyConfiguration, _ string
 			klog.InfoS("Running single-stack", "ipFamily", family, "reason", err.Error())
 			continue
 		}
-		dp, err := nftables.New(cfg, family, conntrack.NewCleaner(family, ctMetrics), metrics)
+		ncfg, err := nftables.ConfigFrom(cfg, family)
+		if err != nil {
+			return nil, err
+		}
+		dp, err := nftables.New(ncfg, conntrack.NewCleaner(family, ctMetrics), metrics)
 		if err != nil {
 			return nil, err
 		}

@@ -21,8 +21,7 @@ import (
 // family whose tools work a proxy engine and its dataplane, whose listeners are handed over to the next
 // process through sockets (nil: not). Once every family has synced, Mode.AfterReady removes the other
 // modes' rules.
-func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, nodeName string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error) {
-	_ = nodeName
+func newUserspace(ctx context.Context, cfg *config.KubeProxyConfiguration, _ string, reg prometheus.Registerer, sockets engine.Sockets) ([]proxy.FamilyDataplane, error) {
 	backend, why, err := xtables.Detect(ctx)
 	if err != nil {
 		return nil, err

@@ -147,7 +147,7 @@ func renderNFTablesMode(d *Desired, cfg *config.KubeProxyConfiguration, snap *pr
 }
 
 func renderIPVSMode(d *Desired, cfg *config.KubeProxyConfiguration, snap *proxy.Snapshot, addrs []netip.Addr, _ iptables.NFAcct) error {
-	icfg, err := ipvs.NewConfig(cfg, snap.Family)
+	icfg, err := ipvs.ConfigFrom(cfg, snap.Family)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
 
 // Config is everything besides the snapshot and the node's addresses that the plan depends on, for one IP
-// family. NewConfig derives it from the configuration file.
+// family. ConfigFrom derives it from the configuration file.
 type Config struct {
 	// Settings are the per-family settings every mode shares (proxy.SettingsFor): the family planned for,
 	// masqueradeAll and the masquerade bit, local-traffic detection, the NodePort addresses and the
@@ -35,8 +35,8 @@ type Config struct {
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
 }
 
-// NewConfig derives the IPVS configuration of one family from a validated configuration.
-func NewConfig(cfg *config.KubeProxyConfiguration, family v1.IPFamily) (Config, error) {
+// ConfigFrom derives the IPVS configuration of one family from a validated configuration.
+func ConfigFrom(cfg *config.KubeProxyConfiguration, family v1.IPFamily) (Config, error) {
 	s, err := proxy.SettingsFor(cfg, family)
 	if err != nil {
 		return Config{}, err

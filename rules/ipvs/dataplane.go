@@ -142,7 +142,7 @@ func newModel() *model {
 // kernel does not have, or a sysctl or IPVS timeout the kernel refuses, is an error, and the old
 // configuration stays.
 func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
-	c, err := NewConfig(cfg, d.family)
+	c, err := ConfigFrom(cfg, d.family)
 	if err != nil {
 		return err
 	}

@@ -356,7 +356,7 @@ func TestReconfigure(t *testing.T) {
 	kp := config.Default()
 	kp.Mode = config.ModeIPVS
 	kp.ClusterCIDR = "10.244.0.0/16"
-	cfg, err := NewConfig(kp, v4)
+	cfg, err := ConfigFrom(kp, v4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,16 +446,16 @@ func TestSysctls(t *testing.T) {
 	}
 }
 
-func TestNewConfig(t *testing.T) {
+func TestConfigFrom(t *testing.T) {
 	kp := config.Default()
 	kp.ClusterCIDR = "10.244.0.0/16,fd00:10:244::/56"
 	kp.IPVS.ExcludeCIDRs = []string{"10.96.100.0/24", "fd00:100::/64"}
 	kp.NodePortAddresses = []string{"primary", "192.168.0.0/16"}
-	c4, err := NewConfig(kp, v4)
+	c4, err := ConfigFrom(kp, v4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c6, err := NewConfig(kp, v6)
+	c6, err := ConfigFrom(kp, v6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func TestNewConfig(t *testing.T) {
 		t.Errorf("exclude CIDRs per family: %v %v", c4.ExcludeCIDRs, c6.ExcludeCIDRs)
 	}
 	kp.IPVS.Scheduler = "xx"
-	if _, err := NewConfig(kp, v4); err == nil || !strings.Contains(err.Error(), "ipvs.scheduler") {
+	if _, err := ConfigFrom(kp, v4); err == nil || !strings.Contains(err.Error(), "ipvs.scheduler") {
 		t.Errorf("unknown scheduler: err = %v", err)
 	}
 }

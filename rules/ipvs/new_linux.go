@@ -20,7 +20,7 @@ import (
 	"kube-proxy/rules/xtables"
 )
 
-// New returns the IPVS-mode dataplane of one IP family. cfg comes from NewConfig, runner is the family's
+// New returns the IPVS-mode dataplane of one IP family. cfg comes from ConfigFrom, runner is the family's
 // iptables (IPVS mode still masquerades and filters with iptables: xtables.UsableRunner checks it works),
 // cl removes stale conntrack entries after syncs (nil: none) and m holds the metrics both families share
 // (NewMetrics; nil: none). Call Usable once before. New connects to IPVS and netlink, sets the sysctls IPVS

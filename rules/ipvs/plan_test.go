@@ -34,13 +34,13 @@ func planCases() []planCase {
 			append([]func(*proxy.ServicePort){eps("10.244.1.5:8080,local", "10.244.2.6:8080")}, opts...)...)
 	}
 	with := func(c Config, f func(*Config)) Config { f(&c); return c }
-	// fromConfig is NewConfig's IPv4 Config for the default configuration of mode ipvs with the cluster CIDR
+	// fromConfig is ConfigFrom's IPv4 Config for the default configuration of mode ipvs with the cluster CIDR
 	// of testConfig, changed by edit.
 	fromConfig := func(edit func(*config.KubeProxyConfiguration)) Config {
 		kp := config.Default()
 		kp.Mode, kp.ClusterCIDR = config.ModeIPVS, "10.244.0.0/16"
 		edit(kp)
-		c, err := NewConfig(kp, v4)
+		c, err := ConfigFrom(kp, v4)
 		if err != nil {
 			panic(err)
 		}

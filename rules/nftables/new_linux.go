@@ -19,16 +19,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"kube-proxy/config"
 	"kube-proxy/rules/internal/syncstate"
 )
 
-// New returns the dataplane of one IP family, writing to the kernel over netlink.
-func New(cfg *config.KubeProxyConfiguration, family v1.IPFamily, c cleaner, m *Metrics) (*Dataplane, error) {
-	ncfg, err := ConfigFrom(cfg, family)
-	if err != nil {
-		return nil, err
-	}
+// New returns the dataplane of cfg.Family (cfg comes from ConfigFrom), writing to the kernel over netlink.
+func New(ncfg Config, c cleaner, m *Metrics) (*Dataplane, error) {
+	family := ncfg.Family
 	k, err := newNetlinkKernel(familyOf(family), netns.None())
 	if err != nil {
 		return nil, err

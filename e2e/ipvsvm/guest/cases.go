@@ -68,7 +68,7 @@ func newEnv(ctx context.Context) (*env, error) {
 // newDataplane builds a dataplane of one family as rules.New does: the kernel checked, the iptables
 // backend detected, the family's runner, metrics on a registry of its own (no conntrack cleaner).
 func newDataplane(ctx context.Context, kp *config.KubeProxyConfiguration, family v1.IPFamily, opts ...ipvs.Option) (*ipvs.Dataplane, error) {
-	c, err := ipvs.NewConfig(kp, family)
+	c, err := ipvs.ConfigFrom(kp, family)
 	if err != nil {
 		return nil, err
 	}
