@@ -17,10 +17,10 @@ import (
 // Schedulers are the IPVS schedulers ipvs.scheduler may name: those of the Linux kernel's ip_vs_* modules.
 var Schedulers = []string{"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh", "fo", "ovf", "twos"}
 
-// Config is everything besides the snapshot and the node's addresses that the plan depends on, for one IP
+// Config is everything besides the snapshot and the node's addresses that the desired state depends on, for one IP
 // family. ConfigFrom derives it from the configuration file.
 type Config struct {
-	// Settings are the per-family settings every mode shares (proxy.SettingsFor): the family planned for,
+	// Settings are the per-family settings every mode shares (proxy.SettingsFor): the family rendered for,
 	// masqueradeAll and the masquerade bit, local-traffic detection, the NodePort addresses and the
 	// node's primary IP.
 	proxy.Settings

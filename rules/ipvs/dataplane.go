@@ -30,20 +30,20 @@ type Dataplane struct {
 
 	mu  sync.Mutex
 	cfg Config
-	// want is what planned wants, planned with cfg and en; have is what the kernel holds as far as we know
-	// (read at full syncs, updated by every successful write). replan has the next full sync plan every
-	// port anew (the configuration changed).
-	want    *desired
-	planned *proxy.Snapshot
-	replan  bool
-	have    *model
-	en      env
+	// want is the desired state of rendered, rendered with cfg and en; have is what the kernel holds as far
+	// as we know (read at full syncs, updated by every successful write). rerender has the next full sync
+	// render every port anew (the configuration changed).
+	want     *desired
+	rendered *proxy.Snapshot
+	rerender bool
+	have     *model
+	en       env
 	// state: whether the next Apply must be full, and the last snapshot applied without error. Apply holds
 	// mu throughout, so no Reconfigure happens during a sync.
 	state syncstate.State
 	// rules is the iptables payload last restored.
 	rules []byte
-	// draining holds the TCP real servers removed from the plan that still had connections: weight 0 until
+	// draining holds the TCP real servers removed from the desired state that still had connections: weight 0 until
 	// they have none or their deadline passes.
 	draining map[vsKey]map[realKey]time.Time
 	// phases times the steps of the current sync, for the log; writes counts the objects written.
@@ -68,7 +68,7 @@ func (p *phaseTimer) done(step string) {
 var _ proxy.Dataplane = (*Dataplane)(nil)
 
 // model is what the kernel holds, as far as the dataplane knows. Set members are not in it: they are
-// read at full syncs, and between them the kernel holds what the plan wanted (see touched).
+// read at full syncs, and between them the kernel holds what the desired state wanted (see touched).
 type model struct {
 	vs    map[vsKey]*modelVS
 	binds map[netip.Addr]bool
@@ -164,13 +164,13 @@ func (d *Dataplane) Reconfigure(cfg *config.KubeProxyConfiguration) error {
 		d.cfg = old
 		return err
 	}
-	d.replan = true
+	d.rerender = true
 	d.state.Reconfigured()
 	return nil
 }
 
 // Apply makes the kernel match snap. A full Apply reads the kernel's state and repairs every difference;
-// a partial one re-plans the Service ports that changed since the last successful Apply and writes only
+// a partial one renders again the Service ports that changed since the last successful Apply and writes only
 // what they changed. After any failure the next Apply is full.
 func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) error {
 	d.mu.Lock()
@@ -202,14 +202,14 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	return nil
 }
 
-// plan re-plans every Service port of snap.
-func (d *Dataplane) plan(snap *proxy.Snapshot) *desired { return planAll(&d.cfg, &d.en, snap) }
+// render renders every Service port of snap with the dataplane's configuration and addresses.
+func (d *Dataplane) render(snap *proxy.Snapshot) *desired { return renderAll(&d.cfg, &d.en, snap) }
 
-// planAll plans every Service port of snap for cfg on a node whose addresses en knows.
-func planAll(cfg *Config, en *env, snap *proxy.Snapshot) *desired {
+// renderAll renders every Service port of snap for cfg on a node whose addresses en knows.
+func renderAll(cfg *Config, en *env, snap *proxy.Snapshot) *desired {
 	want := newDesired()
 	for name, sp := range snap.Services {
-		if p := planService(cfg, en, &snap.Node, sp); p != nil {
+		if p := renderPort(cfg, en, &snap.Node, sp); p != nil {
 			want.set(name, p, nil)
 		}
 	}

@@ -31,24 +31,24 @@ func dnsSvc(endpoints ...string) *proxy.ServicePort {
 	return svc("kube-system/dns", "", v1.ProtocolUDP, "10.96.0.53", 53, eps(endpoints...))
 }
 
-// wantState is the kernel state a snapshot should produce: its plan, as the planner makes it.
+// wantState is the kernel state a snapshot should produce: its desired state, as the renderer makes it.
 func wantState(t *testing.T, cfg Config, k *fakeKernel, snap *proxy.Snapshot) string {
 	t.Helper()
 	addrs, _ := k.links.localAddrs(cfg.Family, DummyLink)
 	d := &Dataplane{cfg: cfg}
 	d.en = newEnv(&d.cfg, &snap.Node, addrs)
-	return planState(&cfg, d.plan(snap)).String()
+	return stateOf(&cfg, d.render(snap)).String()
 }
 
 func checkKernel(t *testing.T, what string, cfg Config, k *fakeKernel, snap *proxy.Snapshot) {
 	t.Helper()
 	if diff := cmp.Diff(wantState(t, cfg, k, snap), fakeState(cfg.Family, k).String()); diff != "" {
-		t.Errorf("%s: kernel differs from the plan (-want +got):\n%s", what, diff)
+		t.Errorf("%s: kernel differs from the desired state (-want +got):\n%s", what, diff)
 	}
 }
 
 // TestApplyConverges runs sequences of snapshots, full and partial, and checks after each that the fake
-// kernel holds exactly the plan of the snapshot.
+// kernel holds exactly the desired state of the snapshot.
 func TestApplyConverges(t *testing.T) {
 	s1 := snapshot(v4, nodeV4,
 		webSvc("10.244.1.5:8080,local", "10.244.2.6:8080"),
@@ -90,7 +90,7 @@ func TestApplyConverges(t *testing.T) {
 	}
 }
 
-// TestResyncWritesNothing: a full sync of a kernel that already matches the plan writes no virtual or
+// TestResyncWritesNothing: a full sync of a kernel that already matches the desired state writes no virtual or
 // real server, set member or address, after full and after partial syncs; a repair counts its writes.
 func TestResyncWritesNothing(t *testing.T) {
 	s1 := snapshot(v4, nodeV4,
@@ -514,7 +514,7 @@ func TestConflictHandover(t *testing.T) {
 
 // TestWatchSyncsWhenTheNodesAddressesChange: an address added to a link of the node asks for a full sync
 // at once (only full syncs read the addresses), so NodePorts answer on it without waiting for the
-// periodic sync; notifications that change nothing the plan uses (an address on kube-ipvs0, the same
+// periodic sync; notifications that change nothing rendering uses (an address on kube-ipvs0, the same
 // addresses) ask for nothing; after a failed subscription the addresses are compared again.
 func TestWatchSyncsWhenTheNodesAddressesChange(t *testing.T) {
 	k := newFakeKernel(t, "192.168.0.10")
@@ -601,7 +601,7 @@ func TestJumpsPutBack(t *testing.T) {
 }
 
 // A set member that one Service port stops wanting and another starts wanting in the same partial sync
-// stays in the kernel, whichever port is re-planned first.
+// stays in the kernel, whichever port is rendered again first.
 func TestPartialHandsOverSetMembers(t *testing.T) {
 	for _, newName := range []string{"default/a-new", "default/z-new"} {
 		t.Run(newName, func(t *testing.T) {
@@ -619,10 +619,11 @@ func TestPartialHandsOverSetMembers(t *testing.T) {
 	}
 }
 
-// Full syncs plan again only the ports that changed since the plan was made. The plan kept that way is
-// the plan made from scratch, also after a failed sync whose snapshot was planned but never applied: here
+// Full syncs render again only the ports that changed since the desired state was rendered. The desired
+// state kept that way is the one rendered from scratch, also after a failed sync whose snapshot was
+// rendered but never applied: here
 // web's port goes back to the very object it was before the failure.
-func TestFullSyncKeepsThePlanOfUnchangedPorts(t *testing.T) {
+func TestFullSyncKeepsTheDesiredStateOfUnchangedPorts(t *testing.T) {
 	cfg := testConfig(v4)
 	k := newFakeKernel(t, "192.168.0.10")
 	d := newTestDataplane(t, k, cfg, nil)
@@ -647,7 +648,7 @@ func TestFullSyncKeepsThePlanOfUnchangedPorts(t *testing.T) {
 	apply(t, d, s4, false)
 	apply(t, d, s4, true)
 	checkKernel(t, "after a partial and a full sync", cfg, k, s4)
-	if diff := cmp.Diff(planState(&cfg, d.plan(s4)).String(), planState(&cfg, d.want).String()); diff != "" {
-		t.Errorf("the kept plan differs from a fresh one (-fresh +kept):\n%s", diff)
+	if diff := cmp.Diff(stateOf(&cfg, d.render(s4)).String(), stateOf(&cfg, d.want).String()); diff != "" {
+		t.Errorf("the kept desired state differs from a fresh one (-fresh +kept):\n%s", diff)
 	}
 }

@@ -8,10 +8,10 @@ import (
 )
 
 // desired is the kernel state that all Service ports together want. It is kept incrementally: a port's
-// plan is added or removed as a whole, and what ports share (set entries, bound addresses) is reference
+// desired state is added or removed as a whole, and what ports share (set entries, bound addresses) is reference
 // counted, so a partial sync costs in proportion to what changed.
 type desired struct {
-	plans map[proxy.ServicePortName]*servicePlan
+	ports map[proxy.ServicePortName]*portDesired
 	// claims lists, per virtual server, the ports that want it, sorted by port name. Normally there is one;
 	// when two Services claim the same address and port (a conflict the apiserver does not prevent for
 	// external IPs), the first by name wins, deterministically.
@@ -28,7 +28,7 @@ type claim struct {
 
 func newDesired() *desired {
 	d := &desired{
-		plans:        map[proxy.ServicePortName]*servicePlan{},
+		ports:        map[proxy.ServicePortName]*portDesired{},
 		claims:       map[vsKey][]claim{},
 		binds:        map[netip.Addr]int{},
 		noNodeAccess: map[entry]int{},
@@ -39,7 +39,7 @@ func newDesired() *desired {
 	return d
 }
 
-// touched records what a change of plans may have changed in the kernel state. For set members it also
+// touched records what a change of ports' desired states may have changed in the kernel state. For set members it also
 // records whether each was wanted before the change: a partial sync follows a successful one, so that is
 // what the kernel holds, and no copy of the kernel's sets is kept.
 type touched struct {
@@ -56,19 +56,19 @@ func newTouched() *touched {
 	return t
 }
 
-// set replaces the plan of one port (nil removes it), recording what it touched in t (which may be nil).
-func (d *desired) set(name proxy.ServicePortName, p *servicePlan, t *touched) {
-	if old := d.plans[name]; old != nil {
+// set replaces the desired state of one port (nil removes it), recording what it touched in t (which may be nil).
+func (d *desired) set(name proxy.ServicePortName, p *portDesired, t *touched) {
+	if old := d.ports[name]; old != nil {
 		d.apply(name, old, -1, t)
-		delete(d.plans, name)
+		delete(d.ports, name)
 	}
 	if p != nil {
-		d.plans[name] = p
+		d.ports[name] = p
 		d.apply(name, p, +1, t)
 	}
 }
 
-func (d *desired) apply(name proxy.ServicePortName, p *servicePlan, delta int, t *touched) {
+func (d *desired) apply(name proxy.ServicePortName, p *portDesired, delta int, t *touched) {
 	for _, vs := range p.vss {
 		cl := d.claims[vs.key]
 		i, found := slices.BinarySearchFunc(cl, name, func(c claim, n proxy.ServicePortName) int { return c.owner.Compare(n) })

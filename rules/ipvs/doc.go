@@ -4,15 +4,15 @@
 // the two).
 //
 // The pieces:
-//   - a pure planner (planService) turns each Service port of a proxy.Snapshot into virtual servers with
+//   - a pure renderer (renderPort) turns each Service port of a proxy.Snapshot into virtual servers with
 //     their real servers, the addresses to bind to the kube-ipvs0 dummy link, the ipset members, and the
 //     load-balancer entries the node must not reach; renderRules writes the iptables-restore payload that
 //     matches the sets. Both use the endpoints proxy/ selected (ClusterEndpoints, LocalEndpoints), so
 //     Service semantics are decided in one place for both modes;
-//   - a writer (Dataplane) diffs the plan against the kernel and writes only the difference, through
+//   - a writer (Dataplane) diffs the desired state against the kernel and writes only the difference, through
 //     narrow interfaces: IPVS over generic netlink (github.com/cloudflare/ipvs), links, addresses and
 //     ipsets over netlink (github.com/vishvananda/netlink), iptables through rules/xtables. A partial
-//     Apply re-plans the Service ports snap.Changes reports and touches only the virtual servers, set
+//     Apply renders again the Service ports snap.Changes reports and touches only the virtual servers, set
 //     members and addresses they change; a full Apply reads the kernel's state and repairs every
 //     difference, including changes made behind our back. It reads every real server at once from
 //     /proc/net/ip_vs (upstream asks netlink once per virtual server, on every sync), which makes a full

@@ -9,10 +9,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Draining of terminating real servers: a TCP real server the plan no longer wants keeps its
+// Draining of terminating real servers: a TCP real server the desired state no longer wants keeps its
 // connections with weight 0 until it has none or its deadline passes; the drain goroutine checks them.
 
-// removeReals removes the real servers of k that the plan no longer wants, or drains those that still
+// removeReals removes the real servers of k that the desired state no longer wants, or drains those that still
 // have connections (TCP only, when draining is on). fresh are the real servers as just read (nil: read
 // them if needed).
 func (d *Dataplane) removeReals(k vsKey, want *virtualServer, have *modelVS, fresh []kernelReal) []error {

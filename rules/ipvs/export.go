@@ -8,7 +8,7 @@ import (
 )
 
 // Desired is what mode ipvs writes for a snapshot into an empty node: for `kube-proxy diff`, which
-// compares it with the kernel. It is rendered by the planner and the rules renderer the dataplane uses.
+// compares it with the kernel. It is rendered by the renderers the dataplane uses.
 type Desired struct {
 	// Rules is the iptables-restore payload of the nat and filter tables (our chains); Jumps the payload
 	// (for --noflush) of the jumps into them from the built-in chains.
@@ -40,11 +40,11 @@ type DesiredVirtualServer struct {
 	Reals []string
 }
 
-// RenderDesired plans snap as the dataplane of cfg would for a node whose addresses (of every interface
+// RenderDesired renders snap as the dataplane of cfg would for a node whose addresses (of every interface
 // but kube-ipvs0) are addrs. It touches no kernel.
 func RenderDesired(cfg Config, snap *proxy.Snapshot, addrs []netip.Addr) *Desired {
 	en := newEnv(&cfg, &snap.Node, addrs)
-	want := planAll(&cfg, &en, snap)
+	want := renderAll(&cfg, &en, snap)
 	out := &Desired{
 		Rules: renderRules(&cfg, &ruleInputs{nonEmpty: want.nonEmpty(), noNodeAccess: want.sortedNoNodeAccess(), node: &snap.Node}),
 		Jumps: withJumps([]byte("*nat\nCOMMIT\n*filter\nCOMMIT\n"), jumpRules),

@@ -10,10 +10,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// TestRenderDesiredIsThePlan: what kube-proxy diff compares with the kernel is what the planner plans and
+// TestRenderDesiredIsTheDataplanes: what kube-proxy diff compares with the kernel is what the planner plans and
 // the renderer writes, for every golden case.
-func TestRenderDesiredIsThePlan(t *testing.T) {
-	for _, c := range planCases() {
+func TestRenderDesiredIsTheDataplanes(t *testing.T) {
+	for _, c := range renderCases() {
 		t.Run(c.name, func(t *testing.T) {
 			var addrs []netip.Addr
 			for _, a := range c.addrs {
@@ -22,7 +22,7 @@ func TestRenderDesiredIsThePlan(t *testing.T) {
 			got := RenderDesired(c.cfg, c.snap, addrs)
 			d := &Dataplane{cfg: c.cfg}
 			d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
-			plan := planState(&d.cfg, d.plan(c.snap))
+			want := stateOf(&d.cfg, d.render(c.snap))
 
 			var vs []string
 			for _, v := range got.VirtualServers {
@@ -38,15 +38,15 @@ func TestRenderDesiredIsThePlan(t *testing.T) {
 					vs = append(vs, "  -> "+r+" weight 1")
 				}
 			}
-			if diff := cmp.Diff(plan.vs, vs); diff != "" {
-				t.Errorf("virtual servers (-plan +RenderDesired):\n%s", diff)
+			if diff := cmp.Diff(want.vs, vs); diff != "" {
+				t.Errorf("virtual servers (-dataplane +RenderDesired):\n%s", diff)
 			}
 			var binds []string
 			for _, a := range got.Binds {
 				binds = append(binds, a.String())
 			}
-			if diff := cmp.Diff(plan.binds, binds); diff != "" {
-				t.Errorf("binds (-plan +RenderDesired):\n%s", diff)
+			if diff := cmp.Diff(want.binds, binds); diff != "" {
+				t.Errorf("binds (-dataplane +RenderDesired):\n%s", diff)
 			}
 			sets := map[string][]string{}
 			for _, s := range got.Sets {
@@ -54,13 +54,13 @@ func TestRenderDesiredIsThePlan(t *testing.T) {
 					sets[s.Name] = s.Members
 				}
 			}
-			for n := range plan.sets {
-				slices.Sort(plan.sets[n])
+			for n := range want.sets {
+				slices.Sort(want.sets[n])
 			}
-			if diff := cmp.Diff(plan.sets, sets); diff != "" {
-				t.Errorf("sets (-plan +RenderDesired):\n%s", diff)
+			if diff := cmp.Diff(want.sets, sets); diff != "" {
+				t.Errorf("sets (-dataplane +RenderDesired):\n%s", diff)
 			}
-			if !strings.Contains(renderPlan(c), "# iptables-restore\n"+string(got.Rules)) {
+			if !strings.Contains(renderCaseText(c), "# iptables-restore\n"+string(got.Rules)) {
 				t.Errorf("rules differ from the renderer's:\n%s", got.Rules)
 			}
 			if !strings.Contains(string(got.Jumps), "-I PREROUTING 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES") {

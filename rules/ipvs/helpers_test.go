@@ -63,7 +63,7 @@ func testConfig(family v1.IPFamily) Config {
 }
 
 // state is a readable dump of kernel state of one family: virtual servers with real servers, addresses on
-// kube-ipvs0, non-empty sets. Plans and fake kernels print the same way so they can be compared.
+// kube-ipvs0, non-empty sets. Desired states and fake kernels print the same way so they can be compared.
 type state struct {
 	vs    []string
 	binds []string
@@ -105,8 +105,8 @@ func vsLine(k vsKey, scheduler string, flags, timeout uint32) string {
 	return s
 }
 
-// planState dumps what a plan wants.
-func planState(cfg *Config, d *desired) *state {
+// stateOf dumps what a desired state wants.
+func stateOf(cfg *Config, d *desired) *state {
 	s := &state{sets: map[string][]string{}}
 	keys := make([]vsKey, 0, len(d.claims))
 	for k := range d.claims {

@@ -17,15 +17,15 @@ import (
 // changed Service ports changed. Both go in the same order: sets (the rules refer to them), addresses on
 // kube-ipvs0 (IPVS serves only local addresses), virtual servers, addresses no longer wanted, iptables.
 
-// syncFull reads the kernel state and makes it match the plan of snap.
+// syncFull reads the kernel state and makes it match the desired state of snap.
 func (d *Dataplane) syncFull(ctx context.Context, snap *proxy.Snapshot) error {
-	if err := d.planFull(snap); err != nil {
+	if err := d.renderFull(snap); err != nil {
 		return err
 	}
 	have := newModel()
 	d.have = have
 	var errs []error
-	d.phases.done("plan")
+	d.phases.done("render")
 
 	// Sets first: the rules restored below refer to them.
 	for id := setID(0); id < numSets; id++ {
@@ -57,12 +57,12 @@ func (d *Dataplane) syncFull(ctx context.Context, snap *proxy.Snapshot) error {
 	return errors.Join(errs...)
 }
 
-// planFull reads the node's addresses (ensuring kube-ipvs0 exists, so they can be told from the Service
-// addresses on it) and brings the plan up to snap. A port's plan depends only on the port, the
-// configuration, the node and its addresses: when those three are as the plan was made with, only the
-// ports that changed since are planned again (a periodic resync of 10,000 unchanged Services then costs
-// the kernel's reading, not a new plan); otherwise every port is.
-func (d *Dataplane) planFull(snap *proxy.Snapshot) error {
+// renderFull reads the node's addresses (ensuring kube-ipvs0 exists, so they can be told from the Service
+// addresses on it) and brings the desired state up to snap. A port's desired state depends only on the port, the
+// configuration, the node and its addresses: when those three are as the desired state was rendered with, only the
+// ports that changed since are rendered again (a periodic resync of 10,000 unchanged Services then costs
+// the kernel's reading, not a new rendering); otherwise every port is.
+func (d *Dataplane) renderFull(snap *proxy.Snapshot) error {
 	if err := d.k.links.ensureDummy(DummyLink); err != nil {
 		return fmt.Errorf("creating the %s link: %w", DummyLink, err)
 	}
@@ -71,30 +71,30 @@ func (d *Dataplane) planFull(snap *proxy.Snapshot) error {
 		return fmt.Errorf("listing the node's addresses: %w", err)
 	}
 	en := newEnv(&d.cfg, &snap.Node, addrs)
-	if d.want == nil || d.planned == nil || d.replan || !d.planned.Node.Equal(&snap.Node) || !d.en.equal(&en) {
+	if d.want == nil || d.rendered == nil || d.rerender || !d.rendered.Node.Equal(&snap.Node) || !d.en.equal(&en) {
 		d.en = en
-		d.want = d.plan(snap)
+		d.want = d.render(snap)
 	} else {
-		d.replanChanged(snap, nil)
+		d.rerenderChanged(snap, nil)
 	}
-	d.planned, d.replan = snap, false
+	d.rendered, d.rerender = snap, false
 	return nil
 }
 
-// replanChanged plans again the ports that changed between the snapshot the plan was made from and snap,
+// rerenderChanged renders again the ports that changed between the snapshot the desired state was rendered from and snap,
 // recording in t (which may be nil) what that touched.
-func (d *Dataplane) replanChanged(snap *proxy.Snapshot, t *touched) {
-	if snap == d.planned {
+func (d *Dataplane) rerenderChanged(snap *proxy.Snapshot, t *touched) {
+	if snap == d.rendered {
 		return
 	}
-	for _, name := range snap.Changes(d.planned) {
-		var p *servicePlan
+	for _, name := range snap.Changes(d.rendered) {
+		var p *portDesired
 		if sp := snap.Services[name]; sp != nil {
-			p = planService(&d.cfg, &d.en, &snap.Node, sp)
+			p = renderPort(&d.cfg, &d.en, &snap.Node, sp)
 		}
 		d.want.set(name, p, t)
 	}
-	d.planned = snap
+	d.rendered = snap
 }
 
 // bindAddrs reads the addresses on kube-ipvs0 into have and adds the wanted ones that are missing. It
@@ -123,7 +123,7 @@ func (d *Dataplane) bindAddrs(have *model) ([]netip.Addr, []error) {
 var errListing = errors.New("listing IPVS services")
 
 // syncAllVS reads every virtual server of the family with its real servers into have and makes them
-// match the plan: wanted ones are repaired as they are read, then the unwanted ones (but those in the
+// match the desired state: wanted ones are repaired as they are read, then the unwanted ones (but those in the
 // excluded CIDRs) are removed and the missing ones created.
 func (d *Dataplane) syncAllVS(have *model) error {
 	list, err := d.k.ipvs.services()
@@ -184,10 +184,10 @@ func (d *Dataplane) syncAllVS(have *model) error {
 	return errors.Join(errs...)
 }
 
-// syncPartial re-plans the changed Service ports and writes what they changed.
+// syncPartial renders again the changed Service ports and writes what they changed.
 func (d *Dataplane) syncPartial(ctx context.Context, snap *proxy.Snapshot) error {
 	t := newTouched()
-	d.replanChanged(snap, t)
+	d.rerenderChanged(snap, t)
 	var errs []error
 	for id := setID(0); id < numSets; id++ {
 		for _, e := range sortedKeys(t.sets[id], entry.compare) {
@@ -220,7 +220,7 @@ func sortedKeys[K comparable, V any](m map[K]V, cmp func(a, b K) int) []K {
 	return out
 }
 
-// syncSet makes one set exist and hold what the plan wants (full syncs).
+// syncSet makes one set exist and hold what the desired state wants (full syncs).
 func (d *Dataplane) syncSet(id setID) error {
 	name, typ := setName(id, d.family), setDefs[id].typ
 	cur, err := d.k.sets.listSet(name)
@@ -254,7 +254,7 @@ func (d *Dataplane) syncSet(id setID) error {
 	return errors.Join(errs...)
 }
 
-// syncEntry adds or deletes one set member, which the kernel holds if have, so the kernel matches the plan.
+// syncEntry adds or deletes one set member, which the kernel holds if have, so the kernel matches the desired state.
 func (d *Dataplane) syncEntry(id setID, e entry, have bool) error {
 	name, typ := setName(id, d.family), setDefs[id].typ
 	want := d.want.sets[id][e] > 0
@@ -271,7 +271,7 @@ func (d *Dataplane) syncEntry(id setID, e entry, have bool) error {
 	return nil
 }
 
-// syncBinds adds (add true) or removes (add false) addresses of kube-ipvs0 so they match the plan.
+// syncBinds adds (add true) or removes (add false) addresses of kube-ipvs0 so they match the desired state.
 // Addresses are added before the virtual servers are written and removed after.
 func (d *Dataplane) syncBinds(addrs []netip.Addr, add bool) []error {
 	var errs []error
@@ -295,7 +295,7 @@ func (d *Dataplane) syncBinds(addrs []netip.Addr, add bool) []error {
 	return errs
 }
 
-// syncVS makes one virtual server and its real servers match the plan: the virtual server itself, then
+// syncVS makes one virtual server and its real servers match the desired state: the virtual server itself, then
 // the wanted real servers, then the unwanted ones (drained or removed). have is the kernel's state when it
 // was just read (full syncs), else nil to use the model; fresh are its real servers as just read, with
 // their connection counts (nil: read them if a removal needs them).

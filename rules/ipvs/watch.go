@@ -44,7 +44,7 @@ func (d *Dataplane) Watch(ctx context.Context, _ time.Duration, sync func(full b
 }
 
 // addrsChanged reports whether the node's addresses of the family (all links but kube-ipvs0) differ from
-// those the last full sync planned with. Before the first full sync there is nothing to compare.
+// those the last full sync rendered with. Before the first full sync there is nothing to compare.
 func (d *Dataplane) addrsChanged() bool {
 	addrs, err := d.k.links.localAddrs(d.family, DummyLink)
 	if err != nil {

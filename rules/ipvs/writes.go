@@ -7,7 +7,7 @@ import (
 )
 
 // writes counts the kernel objects a dataplane wrote (created, changed or removed), by kind. A full sync
-// of a kernel that already matches the plan writes none: each sync's log line says how many it wrote,
+// of a kernel that already matches the desired state writes none: each sync's log line says how many it wrote,
 // which tells a resync that repaired something from one that only read. (The iptables rules are restored
 // by every full sync and are not counted.) Reconfigure's scheduler probe writes outside d.mu, hence the
 // atomics; its virtual server may then count in a sync's writes.

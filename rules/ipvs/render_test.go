@@ -17,15 +17,15 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-// planCase is one golden planner case: a snapshot, a configuration and the node's addresses.
-type planCase struct {
+// renderCase is one golden renderer case: a snapshot, a configuration and the node's addresses.
+type renderCase struct {
 	name  string
 	cfg   Config
 	addrs []string // the node's addresses (not on kube-ipvs0)
 	snap  *proxy.Snapshot
 }
 
-func planCases() []planCase {
+func renderCases() []renderCase {
 	n := node("192.168.0.10", "10.244.1.0/24")
 	cfg := testConfig(v4)
 	addrs := []string{"192.168.0.10", "10.244.1.1", "127.0.0.1"}
@@ -46,7 +46,7 @@ func planCases() []planCase {
 		}
 		return c
 	}
-	return []planCase{
+	return []renderCase{
 		{name: "clusterip", cfg: cfg, addrs: addrs, snap: snapshot(v4, n, web(),
 			svc("kube-system/dns", "dns", v1.ProtocolUDP, "10.96.0.53", 53, eps("10.244.2.7:53", "10.244.3.8:53")),
 			svc("kube-system/dns", "dns-tcp", v1.ProtocolTCP, "10.96.0.53", 53, eps("10.244.2.7:53", "10.244.3.8:53")))},
@@ -123,23 +123,23 @@ func planCases() []planCase {
 	}
 }
 
-// renderPlan plans a case with a fresh dataplane's planner and writes the plan and the iptables payload.
-func renderPlan(c planCase) string {
+// renderCaseText renders a case with a fresh dataplane and writes the desired state and the iptables payload.
+func renderCaseText(c renderCase) string {
 	var addrs []netip.Addr
 	for _, a := range c.addrs {
 		addrs = append(addrs, netip.MustParseAddr(a))
 	}
 	d := &Dataplane{cfg: c.cfg}
 	d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
-	want := d.plan(c.snap)
+	want := d.render(c.snap)
 	rules := renderRules(&d.cfg, &ruleInputs{nonEmpty: want.nonEmpty(), noNodeAccess: want.sortedNoNodeAccess(), node: &c.snap.Node})
-	return planState(&d.cfg, want).String() + "# iptables-restore\n" + string(rules)
+	return stateOf(&d.cfg, want).String() + "# iptables-restore\n" + string(rules)
 }
 
-func TestPlanGolden(t *testing.T) {
-	for _, c := range planCases() {
+func TestRenderGolden(t *testing.T) {
+	for _, c := range renderCases() {
 		t.Run(c.name, func(t *testing.T) {
-			got := renderPlan(c)
+			got := renderCaseText(c)
 			path := filepath.Join("testdata", c.name+".golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -152,27 +152,27 @@ func TestPlanGolden(t *testing.T) {
 				t.Fatalf("reading golden file (run with -update to create it): %v", err)
 			}
 			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("plan differs from %s (-want +got):\n%s", path, diff)
+				t.Errorf("desired state differs from %s (-want +got):\n%s", path, diff)
 			}
 		})
 	}
 }
 
-// TestPlanSemantics checks the decisions the golden files encode, so that -update cannot bless a wrong one.
-func TestPlanSemantics(t *testing.T) {
-	plans := map[string]*desired{}
+// TestRenderSemantics checks the decisions the golden files encode, so that -update cannot bless a wrong one.
+func TestRenderSemantics(t *testing.T) {
+	rendered := map[string]*desired{}
 	cfgs := map[string]Config{}
-	for _, c := range planCases() {
+	for _, c := range renderCases() {
 		var addrs []netip.Addr
 		for _, a := range c.addrs {
 			addrs = append(addrs, netip.MustParseAddr(a))
 		}
 		d := &Dataplane{cfg: c.cfg}
 		d.en = newEnv(&d.cfg, &c.snap.Node, addrs)
-		plans[c.name], cfgs[c.name] = d.plan(c.snap), c.cfg
+		rendered[c.name], cfgs[c.name] = d.render(c.snap), c.cfg
 	}
-	realsOf := func(plan, k string, proto protocol) string {
-		v := plans[plan].vs(key(proto, k))
+	realsOf := func(name, k string, proto protocol) string {
+		v := rendered[name].vs(key(proto, k))
 		if v == nil {
 			return "<no virtual server>"
 		}
@@ -182,8 +182,8 @@ func TestPlanSemantics(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	has := func(plan string, id setID, e string) bool {
-		for en := range plans[plan].sets[id] {
+	has := func(name string, id setID, e string) bool {
+		for en := range rendered[name].sets[id] {
 			if en.String() == e {
 				return true
 			}
@@ -205,8 +205,8 @@ func TestPlanSemantics(t *testing.T) {
 		{"nodePortAddresses excludes other addresses", realsOf("nodeport-addresses", "10.244.1.1:30080", protoTCP), "<no virtual server>"},
 		{"nodePortAddresses primary", realsOf("nodeport-primary", "192.168.1.10:30080", protoTCP), "<no virtual server>"},
 		{"SCTP node ports are per address", has("nodeport", setNodePortSCTP, "192.168.0.10,sctp:30700"), true},
-		{"external IP on a node address is not bound", plans["externalips"].binds[netip.MustParseAddr("192.168.0.10")], 0},
-		{"external IP bound", plans["externalips"].binds[netip.MustParseAddr("203.0.113.7")], 1},
+		{"external IP on a node address is not bound", rendered["externalips"].binds[netip.MustParseAddr("192.168.0.10")], 0},
+		{"external IP bound", rendered["externalips"].binds[netip.MustParseAddr("203.0.113.7")], 1},
 		{"etp Local uses local endpoints", realsOf("etp-local", "198.51.100.20:80", protoTCP), "10.244.1.5:8080"},
 		{"etp Local keeps Cluster endpoints for cluster IP", realsOf("etp-local", "10.96.0.10:80", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
 		{"etp Local node port uses local endpoints", realsOf("etp-local", "192.168.0.10:30080", protoTCP), "10.244.1.5:8080"},
@@ -217,8 +217,8 @@ func TestPlanSemantics(t *testing.T) {
 		{"itp Local without local endpoints drops", has("itp-local", setInternalNoLocal, "10.96.0.18,tcp:80"), true},
 		{"terminating endpoint not used while others are ready", realsOf("terminating", "10.96.0.19:80", protoTCP), "10.244.2.6:8080"},
 		{"serving terminating endpoints used when none is ready", realsOf("terminating", "10.96.0.20:80", protoTCP), "10.244.1.5:8080 10.244.2.6:8080"},
-		{"affinity is persistence", plans["affinity"].vs(key(protoTCP, "10.96.0.10:80")).timeout, uint32(10800)},
-		{"mh gets mh-port", plans["scheduler-mh"].vs(key(protoTCP, "10.96.0.10:80")).flags, uint32(flagPersistent | flagSched2)},
+		{"affinity is persistence", rendered["affinity"].vs(key(protoTCP, "10.96.0.10:80")).timeout, uint32(10800)},
+		{"mh gets mh-port", rendered["scheduler-mh"].vs(key(protoTCP, "10.96.0.10:80")).flags, uint32(flagPersistent | flagSched2)},
 		{"conflict: first by name wins", realsOf("conflict", "203.0.113.7:80", protoTCP), "10.244.3.3:80"},
 		{"hairpin entry for local endpoints", has("clusterip", setLoopBack, "10.244.1.5,tcp:8080,10.244.1.5"), true},
 		{"source range containing the node", has("loadbalancer", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
@@ -226,9 +226,9 @@ func TestPlanSemantics(t *testing.T) {
 		{"bindAddress: primary NodePorts on it", realsOf("bind-address", "192.168.1.10:30443", protoTCP), "10.244.2.6:8443"},
 		{"bindAddress: not on the Node's first IP", realsOf("bind-address", "192.168.0.10:30443", protoTCP), "<no virtual server>"},
 		{"bindAddress: source range containing it", has("bind-address", setLoadBalancerSourceIP, "198.51.100.21,tcp:443,198.51.100.21"), true},
-		{"bindAddress: source range with the Node's first IP only", plans["bind-address"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
-		{"source range without the node", plans["loadbalancer"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
-		{"IPv6 ignores IPv4 source ranges", len(plans["ipv6"].sets[setLoadBalancerSourceCIDR]), 1},
+		{"bindAddress: source range with the Node's first IP only", rendered["bind-address"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
+		{"source range without the node", rendered["loadbalancer"].noNodeAccess[ipPortEntry(netip.MustParseAddr("198.51.100.22"), protoTCP, 443)], 1},
+		{"IPv6 ignores IPv4 source ranges", len(rendered["ipv6"].sets[setLoadBalancerSourceCIDR]), 1},
 		{"IPv6 node ports skip link-local", realsOf("ipv6", "[fe80::1]:30080", protoTCP), "<no virtual server>"},
 		{"IPv6 node port", realsOf("ipv6", "[fd00::10]:30080", protoTCP), "[fd00:10:244:1::5]:8080 [fd00:10:244:2::6]:8080"},
 	}

@@ -108,7 +108,7 @@ func (r realKey) compare(o realKey) int {
 	return cmp.Compare(r.port, o.port)
 }
 
-// virtualServer is a virtual server the plan wants, with its real servers (each of weight 1).
+// virtualServer is a virtual server the desired state wants, with its real servers (each of weight 1).
 type virtualServer struct {
 	key       vsKey
 	scheduler string
@@ -127,7 +127,7 @@ func (v *virtualServer) sameService(scheduler string, flags, timeout uint32) boo
 // network (hash:ip,port,net).
 //
 // Entries are the writer's most numerous values (one per Service port and address, one per local
-// endpoint), kept in each port's plan and as map keys: they hold addresses as ipAddr, without netip.Addr's
+// endpoint), kept in each port's desired state and as map keys: they hold addresses as ipAddr, without netip.Addr's
 // zone pointer, in 40 bytes instead of 88, and maps of them are not scanned by the garbage collector.
 type entry struct {
 	ip    ipAddr
@@ -258,8 +258,8 @@ type setEntry struct {
 	e   entry
 }
 
-// servicePlan is what one Service port contributes to the kernel state.
-type servicePlan struct {
+// portDesired is what one Service port contributes to the kernel state.
+type portDesired struct {
 	vss     []*virtualServer
 	binds   []netip.Addr // addresses for kube-ipvs0
 	entries []setEntry
@@ -268,7 +268,7 @@ type servicePlan struct {
 	noNodeAccess []entry
 }
 
-// env is what the plan needs to know about the node besides the snapshot: its addresses, read from the
+// env is what rendering needs to know about the node besides the snapshot: its addresses, read from the
 // kernel at full syncs.
 type env struct {
 	// nodePortIPs are the addresses NodePorts are served on: the node's addresses (not on kube-ipvs0, no
@@ -312,28 +312,28 @@ func newEnv(cfg *Config, node *proxy.Node, addrs []netip.Addr) env {
 	return e
 }
 
-// planService decides the kernel state for one Service port. It uses the endpoints proxy/ selected:
+// renderPort decides the kernel state for one Service port. It uses the endpoints proxy/ selected:
 // ClusterEndpoints for Cluster-policy traffic and LocalEndpoints for Local-policy traffic. It returns nil
 // for a port IPVS cannot serve (an unknown protocol, or a cluster IP of the other family).
-func planService(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) *servicePlan {
+func renderPort(cfg *Config, en *env, node *proxy.Node, sp *proxy.ServicePort) *portDesired {
 	proto, ok := protocolOf(sp.Protocol)
 	if !ok || !sp.ClusterIP.IsValid() || familyOf(sp.ClusterIP) != cfg.Family {
 		return nil
 	}
-	pl := newPortPlanner(cfg, en, sp, proto)
-	pl.planHairpin()
-	pl.planClusterIP()
-	pl.planExternalIPs()
-	pl.planLoadBalancerIPs(node)
-	pl.planNodePort()
-	pl.planHealthCheckNodePort()
-	pl.planBoundIPs()
+	pl := newPortRenderer(cfg, en, sp, proto)
+	pl.addHairpin()
+	pl.addClusterIP()
+	pl.addExternalIPs()
+	pl.addLoadBalancerIPs(node)
+	pl.addNodePort()
+	pl.addHealthCheckNodePort()
+	pl.addBoundIPs()
 	return pl.p
 }
 
-// portPlanner builds the plan of one Service port: its steps append to p, and share what every virtual
+// portRenderer renders the desired state of one Service port: its steps append to p, and share what every virtual
 // server of the port has in common.
-type portPlanner struct {
+type portRenderer struct {
 	cfg   *Config
 	en    *env
 	sp    *proxy.ServicePort
@@ -342,11 +342,11 @@ type portPlanner struct {
 	// flags and timeout are every virtual server's: persistence for session affinity, port hashing for mh.
 	flags, timeout uint32
 	trafficReals
-	p *servicePlan
+	p *portDesired
 }
 
-func newPortPlanner(cfg *Config, en *env, sp *proxy.ServicePort, proto protocol) portPlanner {
-	pl := portPlanner{cfg: cfg, en: en, sp: sp, proto: proto, port: uint16(sp.Port), p: &servicePlan{}}
+func newPortRenderer(cfg *Config, en *env, sp *proxy.ServicePort, proto protocol) portRenderer {
+	pl := portRenderer{cfg: cfg, en: en, sp: sp, proto: proto, port: uint16(sp.Port), p: &portDesired{}}
 	if sp.SessionAffinity() {
 		pl.flags, pl.timeout = flagPersistent, uint32(sp.StickyMaxAgeSeconds)
 	}
@@ -387,26 +387,26 @@ func realsByTraffic(sp *proxy.ServicePort) trafficReals {
 }
 
 // newVS adds a virtual server of the port's settings.
-func (pl *portPlanner) newVS(addr netip.Addr, port uint16, reals []realKey) {
+func (pl *portRenderer) newVS(addr netip.Addr, port uint16, reals []realKey) {
 	pl.p.vss = append(pl.p.vss, &virtualServer{key: newVSKey(addr, port, pl.proto), scheduler: pl.cfg.Scheduler,
 		flags: pl.flags, timeout: pl.timeout, reals: reals})
 }
 
 // add adds an entry to a set.
-func (pl *portPlanner) add(id setID, e entry) { pl.p.entries = append(pl.p.entries, setEntry{id, e}) }
+func (pl *portRenderer) add(id setID, e entry) { pl.p.entries = append(pl.p.entries, setEntry{id, e}) }
 
 // ipPort is the entry ip,proto:port of the Service port.
-func (pl *portPlanner) ipPort(ip netip.Addr) entry { return ipPortEntry(ip, pl.proto, pl.port) }
+func (pl *portRenderer) ipPort(ip netip.Addr) entry { return ipPortEntry(ip, pl.proto, pl.port) }
 
 // bindUnlessLocal binds an external or load-balancer IP to kube-ipvs0, unless it is one of the node's.
-func (pl *portPlanner) bindUnlessLocal(ip netip.Addr) {
+func (pl *portRenderer) bindUnlessLocal(ip netip.Addr) {
 	if !pl.en.isLocal(ip) {
 		pl.p.binds = append(pl.p.binds, ip)
 	}
 }
 
-// planHairpin plans the masquerading of a local endpoint reaching itself through the Service.
-func (pl *portPlanner) planHairpin() {
+// addHairpin adds the masquerading of a local endpoint reaching itself through the Service.
+func (pl *portRenderer) addHairpin() {
 	for i := range pl.sp.Endpoints {
 		if e := &pl.sp.Endpoints[i]; e.IsLocal && familyOf(e.IP) == pl.cfg.Family {
 			pl.add(setLoopBack, ipPortEntry(e.IP, pl.proto, uint16(e.Port)).withIP2(e.IP))
@@ -414,8 +414,8 @@ func (pl *portPlanner) planHairpin() {
 	}
 }
 
-// planClusterIP plans the cluster IP: its virtual server, its set entries and its kube-ipvs0 address.
-func (pl *portPlanner) planClusterIP() {
+// addClusterIP adds the cluster IP: its virtual server, its set entries and its kube-ipvs0 address.
+func (pl *portRenderer) addClusterIP() {
 	ip := pl.sp.ClusterIP
 	pl.add(setClusterIP, pl.ipPort(ip))
 	if pl.internalNoLocal {
@@ -425,8 +425,8 @@ func (pl *portPlanner) planClusterIP() {
 	pl.p.binds = append(pl.p.binds, ip)
 }
 
-// planExternalIPs plans the external IPs of the family.
-func (pl *portPlanner) planExternalIPs() {
+// addExternalIPs adds the external IPs of the family.
+func (pl *portRenderer) addExternalIPs() {
 	for _, ip := range pl.sp.ExternalIPs {
 		if familyOf(ip) != pl.cfg.Family {
 			continue
@@ -444,8 +444,8 @@ func (pl *portPlanner) planExternalIPs() {
 	}
 }
 
-// planLoadBalancerIPs plans the load-balancer IPs of the family, with their source-range firewall.
-func (pl *portPlanner) planLoadBalancerIPs(node *proxy.Node) {
+// addLoadBalancerIPs adds the load-balancer IPs of the family, with their source-range firewall.
+func (pl *portRenderer) addLoadBalancerIPs(node *proxy.Node) {
 	for _, ip := range pl.sp.LoadBalancerIPs {
 		if familyOf(ip) != pl.cfg.Family {
 			continue
@@ -455,7 +455,7 @@ func (pl *portPlanner) planLoadBalancerIPs(node *proxy.Node) {
 			pl.add(setLoadBalancerLocal, pl.ipPort(ip))
 		}
 		if len(pl.sp.LoadBalancerSourceRanges) > 0 {
-			pl.planSourceRanges(ip, node)
+			pl.addSourceRanges(ip, node)
 		}
 		if pl.externalNoLocal {
 			pl.add(setExternalNoLocal, pl.ipPort(ip))
@@ -465,9 +465,9 @@ func (pl *portPlanner) planLoadBalancerIPs(node *proxy.Node) {
 	}
 }
 
-// planSourceRanges plans the firewall of a load-balancer IP: the source ranges of the family it admits,
+// addSourceRanges adds the firewall of a load-balancer IP: the source ranges of the family it admits,
 // and whether the node itself may reach it.
-func (pl *portPlanner) planSourceRanges(ip netip.Addr, node *proxy.Node) {
+func (pl *portRenderer) addSourceRanges(ip netip.Addr, node *proxy.Node) {
 	pl.add(setLoadBalancerFW, pl.ipPort(ip))
 	allowNode, nodeIP := false, pl.cfg.NodeIP(node)
 	for _, r := range pl.sp.LoadBalancerSourceRanges {
@@ -488,13 +488,13 @@ func (pl *portPlanner) planSourceRanges(ip netip.Addr, node *proxy.Node) {
 	}
 }
 
-// planNodePort plans the node port, on every selected node address.
-func (pl *portPlanner) planNodePort() {
+// addNodePort adds the node port, on every selected node address.
+func (pl *portRenderer) addNodePort() {
 	if pl.sp.NodePort == 0 || len(pl.en.nodePortIPs) == 0 {
 		return
 	}
 	np := uint16(pl.sp.NodePort)
-	pl.planNodePortSets(np)
+	pl.addNodePortSets(np)
 	for _, ip := range pl.en.nodePortIPs {
 		if pl.externalNoLocal {
 			pl.add(setExternalNoLocal, ipPortEntry(ip, pl.proto, np))
@@ -503,9 +503,9 @@ func (pl *portPlanner) planNodePort() {
 	}
 }
 
-// planNodePortSets plans the node port's entries in the node-port sets of its protocol: the port alone for
+// addNodePortSets adds the node port's entries in the node-port sets of its protocol: the port alone for
 // TCP and UDP, the port on every selected node address for SCTP.
-func (pl *portPlanner) planNodePortSets(np uint16) {
+func (pl *portRenderer) addNodePortSets(np uint16) {
 	switch pl.proto {
 	case protoTCP, protoUDP:
 		all, local := setNodePortTCP, setNodePortLocalTCP
@@ -526,15 +526,15 @@ func (pl *portPlanner) planNodePortSets(np uint16) {
 	}
 }
 
-// planHealthCheckNodePort plans the health-check node port's entry.
-func (pl *portPlanner) planHealthCheckNodePort() {
+// addHealthCheckNodePort adds the health-check node port's entry.
+func (pl *portRenderer) addHealthCheckNodePort() {
 	if pl.sp.HealthCheckNodePort != 0 {
 		pl.add(setHealthCheckNodePort, entry{port: uint16(pl.sp.HealthCheckNodePort)})
 	}
 }
 
-// planBoundIPs plans the entries of the addresses the earlier steps bound to kube-ipvs0.
-func (pl *portPlanner) planBoundIPs() {
+// addBoundIPs adds the entries of the addresses the earlier steps bound to kube-ipvs0.
+func (pl *portRenderer) addBoundIPs() {
 	for _, ip := range pl.p.binds {
 		pl.add(setIPVSIPs, entry{ip: ipOf(ip)})
 	}
