@@ -67,17 +67,25 @@ func prereqsFor(mode config.ProxyMode) func(cfg *config.KubeProxyConfiguration) 
 	return inspectors[config.ModeIPTables].prereqs
 }
 
+// modeOrder is the order in which askModes asks the modes after the walk's own: their names'.
+var modeOrder = slices.Sorted(maps.Keys(inspectors))
+
 // askModes asks the inspector of first, then every other mode's in the order of their names, until one
 // answers (not the zero value), and returns that answer. A walk's rules are first's, the mode whose rules
 // it walked; the others answer for rules they left beside them (their names do not overlap).
 func askModes[T comparable](first config.ProxyMode, ask func(modeInspector) T) T {
 	var none T
-	modes := slices.DeleteFunc(slices.Sorted(maps.Keys(inspectors)), func(m config.ProxyMode) bool { return m == first })
-	for _, m := range append([]config.ProxyMode{first}, modes...) {
-		if ins, ok := inspectors[m]; ok {
-			if answer := ask(ins); answer != none {
-				return answer
-			}
+	if ins, ok := inspectors[first]; ok {
+		if answer := ask(ins); answer != none {
+			return answer
+		}
+	}
+	for _, m := range modeOrder {
+		if m == first {
+			continue
+		}
+		if answer := ask(inspectors[m]); answer != none {
+			return answer
 		}
 	}
 	return none

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
 	"kube-proxy/config"
@@ -72,23 +73,9 @@ func TestReasonsOfTheCaseTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := out.String(); got != string(want) {
-		wl, gl := strings.Split(string(want), "\n"), strings.Split(got, "\n")
-		for i := range max(len(wl), len(gl)) {
-			w, g := at(wl, i), at(gl, i)
-			if w != g {
-				t.Errorf("line %d:\n got %s\nwant %s", i+1, g, w)
-			}
-		}
-		t.Errorf("reasons differ from %s (rewrite it with -update when the change is meant)", golden)
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("reasons differ from %s (-want +got; rewrite it with -update when the change is meant):\n%s", golden, diff)
 	}
-}
-
-func at(lines []string, i int) string {
-	if i < len(lines) {
-		return lines[i]
-	}
-	return "<none>"
 }
 
 func last(rules []string) string {
@@ -127,7 +114,14 @@ func liveOfCaseTable(mode config.ProxyMode, snap *proxy.Snapshot) (*Live, error)
 			}
 		}
 	}
-	live.XTables = []*XTables{{Backend: xtables.BackendNFT, Family: v1.IPv4Protocol, Tables: ts, Chains: 1, VirtualServers: len(d.IPVS)}}
+	x := &XTables{Backend: xtables.BackendNFT, Family: v1.IPv4Protocol, Tables: ts}
+	for _, table := range tracedTables {
+		x.Chains += len(ts.Chains(table))
+	}
+	if want := d.IPVS[v1.IPv4Protocol]; want != nil {
+		x.VirtualServers = len(want.VirtualServers)
+	}
+	live.XTables = []*XTables{x}
 	return live, nil
 }
 

@@ -51,7 +51,7 @@ func ExplainStop(s traceresult.Stop) string {
 	case s.Chain == chainReject:
 		// Reached from the no-endpoint maps, for a Service port without any endpoint.
 		return "the Service has no ready endpoints"
-	case s.Chain == chainServiceEndpointsCheck || s.Chain == chainNodePortEndpointsCheck:
+	case (s.Chain == chainServiceEndpointsCheck || s.Chain == chainNodePortEndpointsCheck) && s.Verdict == "DROP":
 		// The no-endpoint maps' drop verdict: endpoints, but none the traffic policy lets this node use.
 		return "the Service's traffic policy is Local and no endpoint of it runs on this node"
 	case s.Chain == chainClusterIPsCheck && s.Verdict == "DROP":

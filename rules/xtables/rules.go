@@ -64,8 +64,8 @@ func chainsPayload(table string, chains []string, del bool) []byte {
 	for _, c := range chains {
 		fmt.Fprintf(&p, ":%s - [0:0]\n", c)
 	}
-	for _, c := range chains {
-		if del {
+	if del {
+		for _, c := range chains {
 			fmt.Fprintf(&p, "-X %s\n", c)
 		}
 	}
