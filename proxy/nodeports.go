@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -57,11 +58,11 @@ func (n NodePortAddresses) forIP(primary netip.Addr) (cidrs []netip.Prefix, matc
 	return cidrs, false
 }
 
-// InterfaceAddrs returns the addresses of the node's interfaces (none when they cannot be read).
-func InterfaceAddrs() []netip.Addr {
+// InterfaceAddrs returns the addresses of the node's interfaces.
+func InterfaceAddrs() ([]netip.Addr, error) {
 	ifAddrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("reading the node's addresses: %w", err)
 	}
 	out := make([]netip.Addr, 0, len(ifAddrs))
 	for _, a := range ifAddrs {
@@ -71,5 +72,5 @@ func InterfaceAddrs() []netip.Addr {
 			}
 		}
 	}
-	return out
+	return out, nil
 }

@@ -24,7 +24,7 @@ type ServiceHealth struct {
 	family  v1.IPFamily
 	network string
 	// addrs returns the addresses to listen on for a snapshot (unspecified address = all).
-	addrs  func(*Snapshot) []netip.Addr
+	addrs  func(*Snapshot) ([]netip.Addr, error)
 	health *Health
 	listen func(network, addr string) (net.Listener, error)
 	// listenFailed (nil: no one) is told the first time a Service's server cannot listen on a port (again
@@ -32,6 +32,7 @@ type ServiceHealth struct {
 	listenFailed func(nn types.NamespacedName, port int32, err error)
 
 	mu       sync.RWMutex
+	listened []netip.Addr // the addresses of the last Sync
 	services map[types.NamespacedName]*hcServer
 	failing  map[types.NamespacedName]int32 // the port each Service's server last failed to listen on
 }
@@ -52,13 +53,13 @@ func NewServiceHealth(family v1.IPFamily, settings func() Settings, health *Heal
 	if family == v1.IPv6Protocol {
 		network, unspecified = "tcp6", netip.IPv6Unspecified()
 	}
-	addrs := func(snap *Snapshot) []netip.Addr {
+	addrs := func(snap *Snapshot) ([]netip.Addr, error) {
 		st := settings()
-		addrs, all := st.NodePortIPs(&snap.Node, InterfaceAddrs)
+		addrs, all, err := st.NodePortIPs(&snap.Node, InterfaceAddrs)
 		if all {
-			return []netip.Addr{unspecified}
+			return []netip.Addr{unspecified}, nil
 		}
-		return addrs
+		return addrs, err
 	}
 	return &ServiceHealth{family: family, network: network, addrs: addrs, health: health,
 		listen: net.Listen, listenFailed: listenFailed, services: map[types.NamespacedName]*hcServer{}, failing: map[types.NamespacedName]int32{}}
@@ -84,10 +85,16 @@ func (s *ServiceHealth) Sync(snap *Snapshot) {
 			}
 		}
 	}
-	addrs := s.addrs(snap)
+	addrs, err := s.addrs(snap)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err != nil {
+		// Not "no addresses": the servers stay where they listen.
+		klog.ErrorS(err, "Keeping the health check servers on the addresses they listen on", "ipFamily", s.family)
+		addrs = s.listened
+	}
+	s.listened = addrs
 	for nn, hc := range s.services {
 		if port, ok := ports[nn]; !ok || port != hc.port || !slices.Equal(addrs, hc.addrs) {
 			klog.V(2).InfoS("Closing health check server", "service", nn, "port", hc.port)

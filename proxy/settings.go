@@ -98,19 +98,24 @@ func (s *Settings) NodePortCIDRs(node *Node) (cidrs []netip.Prefix, matchAll boo
 
 // NodePortIPs returns the node's addresses that NodePorts (and health-check node ports) answer on, of
 // those addrs returns (InterfaceAddrs for the node's own), sorted, each once; matchAll is set instead
-// when nothing restricts the family (see NodePortCIDRs), and addrs is then not called.
-func (s *Settings) NodePortIPs(node *Node, addrs func() []netip.Addr) (ips []netip.Addr, matchAll bool) {
+// when nothing restricts the family (see NodePortCIDRs), and addrs is then not called. addrs' error is
+// returned: no addresses is not what the node has.
+func (s *Settings) NodePortIPs(node *Node, addrs func() ([]netip.Addr, error)) (ips []netip.Addr, matchAll bool, err error) {
 	cidrs, all := s.NodePortCIDRs(node)
 	if all {
-		return nil, true
+		return nil, true, nil
 	}
-	for _, a := range addrs() {
+	local, err := addrs()
+	if err != nil {
+		return nil, false, err
+	}
+	for _, a := range local {
 		if slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(a) }) {
 			ips = append(ips, a)
 		}
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
-	return slices.Compact(ips), false
+	return slices.Compact(ips), false, nil
 }
 
 // LocalDetector says how "traffic from a local pod" is recognised, as configured (detectLocalMode and

@@ -141,8 +141,8 @@ func TestNodePortIPs(t *testing.T) {
 	} {
 		s := Settings{Family: v1.IPv4Protocol, NodePortAddresses: ParseNodePortAddresses(tt.list, v1.IPv4Protocol)}
 		read := false
-		got, all := s.NodePortIPs(node, func() []netip.Addr { read = true; return local })
-		if !cmp.Equal(got, tt.want, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) || all != tt.all || read == all {
+		got, all, err := s.NodePortIPs(node, func() ([]netip.Addr, error) { read = true; return local, nil })
+		if !cmp.Equal(got, tt.want, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) || all != tt.all || read == all || err != nil {
 			t.Errorf("%q: %v, all %v (addresses read: %v), want %v, all %v", tt.list, got, all, read, tt.want, tt.all)
 		}
 	}

@@ -304,7 +304,7 @@ func newEnv(cfg *Config, node *proxy.Node, addrs []netip.Addr) env {
 	candidates := slices.DeleteFunc(slices.Clone(e.local), func(a netip.Addr) bool {
 		return a.IsLoopback() || (a.Is6() && a.IsLinkLocalUnicast())
 	})
-	ips, all := cfg.NodePortIPs(node, func() []netip.Addr { return candidates })
+	ips, all, _ := cfg.NodePortIPs(node, func() ([]netip.Addr, error) { return candidates, nil })
 	if all {
 		ips = candidates
 	}

@@ -46,7 +46,7 @@ type Dataplane struct {
 	// nil with the gate off.
 	localhost *localhostProxy
 	// localAddrs lists the node's addresses (proxy.InterfaceAddrs).
-	localAddrs func() []netip.Addr
+	localAddrs func() ([]netip.Addr, error)
 	chunk      chunk
 	now        func() time.Time
 
@@ -119,15 +119,21 @@ func (d *Dataplane) Reconfigure(c *config.KubeProxyConfiguration) error {
 	return nil
 }
 
-// inputs reads the facts besides the Service ports that the table depends on.
-func (d *Dataplane) inputs(snap *proxy.Snapshot, cfg *Config) inputs {
+// inputs reads the facts besides the Service ports that the table depends on. An error (the node's
+// addresses could not be read) fails the sync before it writes: an empty nodeport-ips set would stop
+// every NodePort.
+func (d *Dataplane) inputs(snap *proxy.Snapshot, cfg *Config) (inputs, error) {
 	in := inputs{
 		local:        cfg.LocalDetector.For(d.family, &snap.Node),
 		nodeIP:       cfg.NodeIP(&snap.Node),
 		serviceCIDRs: snap.ServiceCIDRs,
 	}
-	in.nodePortIPs, in.nodePortAll = cfg.NodePortIPs(&snap.Node, d.localAddrs)
-	return in
+	var err error
+	in.nodePortIPs, in.nodePortAll, err = cfg.NodePortIPs(&snap.Node, d.localAddrs)
+	if err != nil {
+		return in, fmt.Errorf("%s NodePort addresses: %w", d.family, err)
+	}
+	return in, nil
 }
 
 // Apply makes the kernel's table match snap.
@@ -140,7 +146,10 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 	d.mu.Unlock()
 	rebuild := s.Full || d.m == nil
 	now := d.now()
-	in := d.inputs(snap, &cfg)
+	in, err := d.inputs(snap, &cfg)
+	if err != nil {
+		return err
+	}
 
 	if !rebuild {
 		if err := d.deleteStale(ctx, now); err != nil {

@@ -135,6 +135,35 @@ func TestFailedSyncRebuilds(t *testing.T) {
 	}
 }
 
+// TestUnreadableAddressesKeepTheTable: with nodePortAddresses "primary", a sync that cannot read the
+// node's addresses fails before it writes, so the nodeport-ips set keeps the address it had (an empty one
+// would stop every NodePort); the next sync that can read them goes on.
+func TestUnreadableAddressesKeepTheTable(t *testing.T) {
+	cfg := testConfig(v4, "10.244.0.0/16")
+	cfg.NodePortAddresses = proxy.ParseNodePortAddresses([]string{"primary"}, v4)
+	snap := snapshot(v4, node("10.0.0.1"), port("ns/web", "http", v1.ProtocolTCP, "10.96.0.10", 80, nodePort(30080), eps("10.244.1.2:8080")))
+	d, k := testDataplane(cfg, "10.0.0.1", "192.168.0.1")
+	apply(t, d, snap, true)
+	before := dump(k)
+	if !strings.Contains(before, "nodeport-ips { 10.0.0.1 }") {
+		t.Fatalf("the nodeport-ips set lacks the node's address:\n%s", before)
+	}
+	read := d.localAddrs
+	d.localAddrs = func() ([]netip.Addr, error) { return nil, errors.New("too many open files") }
+	if err := d.Apply(context.Background(), snap, true); err == nil || !strings.Contains(err.Error(), "too many open files") {
+		t.Fatalf("Apply with unreadable addresses: %v, want its error", err)
+	}
+	if diff := cmp.Diff(before, dump(k)); diff != "" {
+		t.Errorf("the failed sync changed the table:\n%s", diff)
+	}
+	d.localAddrs = read
+	apply(t, d, snap, true)
+	apply(t, d, snap, false) // deletes what the rebuild after the failure superseded
+	if diff := cmp.Diff(rebuilt(t, cfg, snap, "10.0.0.1", "192.168.0.1"), dump(k)); diff != "" {
+		t.Errorf("after the addresses came back (-rebuild +got):\n%s", diff)
+	}
+}
+
 // TestPeriodicSyncRepairs changes the table behind the dataplane's back and checks that a periodic sync
 // notices, counts it and restores the table, and that an intact table is left alone.
 func TestPeriodicSyncRepairs(t *testing.T) {

@@ -22,7 +22,7 @@ func Desired(cfg Config, snap *proxy.Snapshot, localAddrs []netip.Addr) (string,
 	}
 	fake := knftables.NewFake(kf, TableName)
 	d := newDataplane(cfg, &knftKernel{nft: fake, fam: familyOf(cfg.Family)}, nil, NewMetrics(nil, false))
-	d.localAddrs = func() []netip.Addr { return localAddrs }
+	d.localAddrs = func() ([]netip.Addr, error) { return localAddrs, nil }
 	if err := d.Apply(context.Background(), snap, true); err != nil {
 		return "", fmt.Errorf("rendering the %s table: %w", cfg.Family, err)
 	}

@@ -99,7 +99,7 @@ func testDataplane(cfg Config, addrs ...string) (*Dataplane, *fakeKernel) {
 	for _, a := range addrs {
 		local = append(local, netip.MustParseAddr(a))
 	}
-	d.localAddrs = func() []netip.Addr { return local }
+	d.localAddrs = func() ([]netip.Addr, error) { return local, nil }
 	clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	return d, k

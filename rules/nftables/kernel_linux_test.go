@@ -121,7 +121,10 @@ func compareWrites(t *testing.T, family v1.IPFamily, cfg Config, snap *proxy.Sna
 	t.Helper()
 	ref, ours := netnstest.New(t), netnstest.New(t)
 	d, _ := testDataplane(cfg, "10.0.0.1", "fd00::1")
-	in := d.inputs(snap, &cfg)
+	in, err := d.inputs(snap, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, _ := planRebuild(newRenderer(cfg), snap, &in, nil, chunk{anonSets: 2, ops: 1000})
 	k := netlinkKernelIn(t, family, ours)
 	for i, tx := range p.txs {
@@ -219,14 +222,17 @@ func netlinkPartialSyncs(t *testing.T, st []*proxy.Snapshot) {
 	ns := netnstest.New(t)
 	cfg := testConfig(v4, "10.244.0.0/16")
 	d := newDataplane(cfg, netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
-	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
+	d.localAddrs = func() ([]netip.Addr, error) { return nil, nil } // testConfig: NodePorts on every address
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	for i, s := range st {
 		apply(t, d, s, i == 0)
 		apply(t, d, s, false) // deletes the chains the step flushed
 		ref := netnstest.New(t)
-		in := d.inputs(s, &cfg)
+		in, err := d.inputs(s, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		p, _ := planRebuild(newRenderer(cfg), s, &in, nil, defaultChunk)
 		for _, tx := range p.txs {
 			if _, err := ref.Exec([]byte(tx.String()), "nft", "-f", "-"); err != nil {
@@ -267,7 +273,7 @@ func sortedBlocks(listing string) string {
 func TestTraceCasesKernel(t *testing.T) {
 	ns := netnstest.New(t)
 	d := newDataplane(caseConfig(), netlinkKernelIn(t, v4, ns), nil, NewMetrics(nil, false))
-	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
+	d.localAddrs = func() ([]netip.Addr, error) { return nil, nil } // testConfig: NodePorts on every address
 	apply(t, d, tracecases.Snapshot(), true)
 	listing, err := ns.Exec(nil, "nft", "list", "table", "ip", TableName)
 	if err != nil {
@@ -287,7 +293,7 @@ func TestWatchAndCheckRepair(t *testing.T) {
 	ns := netnstest.New(t)
 	k := netlinkKernelIn(t, v4, ns)
 	d := newDataplane(caseConfig(), k, nil, NewMetrics(nil, false))
-	d.localAddrs = func() []netip.Addr { return nil } // testConfig: NodePorts on every address
+	d.localAddrs = func() ([]netip.Addr, error) { return nil, nil } // testConfig: NodePorts on every address
 	clock := time.Now()
 	d.now = func() time.Time { clock = clock.Add(time.Minute); return clock }
 	snap := tracecases.Snapshot()
