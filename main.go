@@ -1,6 +1,7 @@
 // Command kube-proxy is a drop-in reimplementation of Kubernetes' kube-proxy as a single-binary node daemon
 // managed by systemd: it reads upstream's KubeProxyConfiguration, watches Services, EndpointSlices and its
-// own Node, and programs iptables or IPVS so that Service IPs and ports reach their endpoints.
+// own Node, and programs the kernel (mode iptables, nftables or ipvs) or proxies itself (mode userspace) so
+// that Service IPs and ports reach their endpoints.
 package main
 
 import (
@@ -9,11 +10,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	apiversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/klog/v2"
 
 	"kube-proxy/config"
@@ -49,8 +54,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "kube-proxy:", err)
 		os.Exit(2)
 	}
-	if opts.Version {
-		printVersion(os.Stdout)
+	if print, raw := opts.Version.Print(); print {
+		printVersion(os.Stdout, opts.Version.Release(), raw)
 		os.Exit(0)
 	}
 	cfg, warnings, err := opts.Complete(fs)
@@ -120,6 +125,7 @@ func run(opts *config.Options, fs *pflag.FlagSet, cfg *config.KubeProxyConfigura
 	srv.FlagOverrides = opts.Overrides(fs)
 	srv.ModeDefaulted = opts.ModeDefaulted(fs)
 	srv.Flags = fs
+	srv.Release = opts.Version.Release()
 	srv.Reloading = proxy.Reloading{Logs: logs, Load: func() (*config.KubeProxyConfiguration, []*config.FieldError, error) {
 		return opts.Complete(fs) // the file again, with the same command line
 	}}
@@ -156,10 +162,34 @@ func newFlagSet(opts *config.Options) (*pflag.FlagSet, *flag.FlagSet) {
 }
 
 // printVersion writes what --version prints: upstream's line first ("Kubernetes v1.37.2", the release this
-// kube-proxy stands in for), so that scripts parsing it keep working, then this build's version and commit.
-func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "Kubernetes %s\n", config.UpstreamRelease)
+// kube-proxy stands in for, or --version=vX.Y.Z's), so that scripts parsing it keep working, then this
+// build's version and commit. With raw (--version=raw) the first line is, as upstream's, the version
+// information as a Go value: the release with this build's commit, tree state and toolchain.
+func printVersion(w io.Writer, release string, raw bool) {
+	if raw {
+		fmt.Fprintf(w, "%#v\n", rawVersion(release))
+	} else {
+		fmt.Fprintf(w, "Kubernetes %s\n", release)
+	}
 	fmt.Fprintf(w, "kube-proxy %s (commit %s)\n", version, commit)
+}
+
+// rawVersion is what --version=raw prints first: upstream's version.Info for release, with this build's
+// commit, tree state and toolchain.
+func rawVersion(release string) apiversion.Info {
+	v := utilversion.MustParseSemantic(release)
+	b := proxy.BuildInfo{Version: version, Commit: commit}.Completed()
+	return apiversion.Info{
+		Major:        strconv.FormatUint(uint64(v.Major()), 10),
+		Minor:        strconv.FormatUint(uint64(v.Minor()), 10),
+		GitVersion:   release,
+		GitCommit:    b.Commit,
+		GitTreeState: b.TreeState,
+		BuildDate:    b.BuildDate,
+		GoVersion:    runtime.Version(),
+		Compiler:     runtime.Compiler,
+		Platform:     runtime.GOOS + "/" + runtime.GOARCH,
+	}
 }
 
 func exitOn(err error) {

@@ -23,8 +23,8 @@ type Options struct {
 	WriteConfigTo string
 	// Cleanup is --cleanup: remove the rules kube-proxy made and exit.
 	Cleanup bool
-	// Version is --version: print the version and exit.
-	Version bool
+	// Version is --version: print the version and exit (true, raw), or set the version reported (vX.Y.Z).
+	Version VersionFlag
 	// InitOnly is --init-only: do the privileged setup (sysctls) and exit.
 	InitOnly bool
 	// Master is --master, the API server URL overriding the kubeconfig's.
@@ -204,7 +204,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.WriteConfigTo, "write-config-to", o.WriteConfigTo, "If set, write the effective configuration (defaults, file and flags) to this file and exit.")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "If true, remove the iptables, nftables and IPVS rules kube-proxy created (in any mode), then exit.")
 	fs.BoolVar(&o.InitOnly, "init-only", o.InitOnly, "If true, do the setup that needs full root privileges (sysctls), then exit; kube-proxy can then run with only CAP_NET_ADMIN.")
-	fs.BoolVar(&o.Version, "version", o.Version, "Print version information and exit.")
+	fs.Var(&o.Version, "version", "--version, --version=raw print version information and exit; --version=vX.Y.Z... sets the Kubernetes version reported (same major, minor and patch).")
+	fs.Lookup("version").NoOptDefVal = "true"
 	fs.StringVar(&o.Master, "master", o.Master, "The address of the Kubernetes API server; overrides the server in the kubeconfig.")
 
 	fs.Var(&gatesValue{m: &f.FeatureGates}, "feature-gates", "Comma-separated key=true|false pairs enabling or disabling feature gates; merged over the config file's featureGates.")

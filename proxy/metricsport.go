@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,7 +60,7 @@ func (s *Server) metricsHandler() http.Handler {
 	if cfg.FeatureEnabled("ComponentStatusz") {
 		mux.Handle("/statusz", zpages.StatuszHandler(component, zpages.Status{
 			Start:            processStart(),
-			BinaryVersion:    strings.TrimPrefix(config.UpstreamRelease, "v"),
+			BinaryVersion:    strings.TrimPrefix(cmp.Or(s.Release, config.UpstreamRelease), "v"),
 			EmulationVersion: config.UpstreamVersion,
 			GoVersion:        runtime.Version(),
 			Paths:            slices.Clone(paths),

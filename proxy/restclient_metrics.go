@@ -247,8 +247,8 @@ var vcsStamp = sync.OnceValue(func() map[string]string {
 	return s
 })
 
-// completed fills b's empty fields from the VCS stamp.
-func (b BuildInfo) completed() BuildInfo {
+// Completed fills b's empty fields from the VCS stamp.
+func (b BuildInfo) Completed() BuildInfo {
 	stamp := vcsStamp()
 	or := func(v, fallback string) string {
 		if v != "" {
@@ -306,7 +306,7 @@ func (buildInfoCollector) Collect(ch chan<- prometheus.Metric) {
 	if p := buildInfo.Load(); p != nil {
 		b = *p
 	}
-	b = b.completed()
+	b = b.Completed()
 	major, minor := majorMinor(b.Version)
 	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1,
 		major, minor, b.Version, b.Commit, b.TreeState, b.BuildDate,

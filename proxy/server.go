@@ -37,6 +37,8 @@ type Server struct {
 	Flags *pflag.FlagSet
 	// Reloading is where Reload reads the configuration again and sets the logging.
 	Reloading Reloading
+	// Release is the Kubernetes version /statusz reports (--version=vX.Y.Z); empty: config.UpstreamRelease.
+	Release string
 
 	client        API
 	events        *events.Recorder
