@@ -221,10 +221,6 @@ func (p *Proxy) reconfigure() {
 // reported done.
 func (p *Proxy) SyncNow(ctx context.Context, full bool) error { return p.runner.SyncNow(ctx, full) }
 
-// Healthy reports what /livez reports: every queued change reached the kernel within the health timeout
-// (upstream's rule; a failing sync with nothing queued leaves it healthy).
-func (p *Proxy) Healthy() bool { return p.health.Status().Healthy }
-
 // LoopAlive reports whether the sync loop turns, for the systemd watchdog: no sync has been running for
 // longer than the health timeout. It says nothing of whether the kernel accepted the last write: a
 // restart cannot fix a kernel or a rule that refuses a write, and a restart loop on every node would only

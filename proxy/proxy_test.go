@@ -202,7 +202,7 @@ func TestProxyReadyOnlyAfterEveryFamilySynced(t *testing.T) {
 	p := newTestProxy(t, time.Hour, nil)
 	p.v6.setFail(errors.New("ip6tables-restore failed"))
 	p.start(t)
-	eventually(t, "the first sync to fail", func() bool { return p.runner.Failures() == 1 })
+	eventually(t, "the first sync to fail", func() bool { return func() bool { n, _, _ := p.runner.FailureState(); return n == 1 }() })
 	if isClosed(p.Ready()) {
 		t.Fatal("Ready closed although the IPv6 dataplane failed")
 	}
@@ -286,7 +286,7 @@ func TestProxyFailingFamilyRetriesFull(t *testing.T) {
 	if want := fmt.Sprintf("IPv6/%d", last.Generation); applied[len(applied)-1] != want {
 		t.Errorf("OnApplied calls %v, want the last to be %s", applied, want)
 	}
-	if !p.Healthy() {
+	if !p.health.Status().Healthy {
 		t.Errorf("Healthy() false after a successful sync")
 	}
 }
@@ -521,7 +521,7 @@ func TestProxyConcurrentEvents(t *testing.T) {
 		for r := 0; r < rounds; r++ {
 			_ = p.SyncNow(context.Background(), r%5 == 0)
 			_ = p.LastApplied(v1.IPv4Protocol)
-			_ = p.Healthy()
+			_ = p.health.Status().Healthy
 			_, _ = tr.Pending()
 			_ = p.Health().Status()
 		}
@@ -588,7 +588,7 @@ func TestProxyFailingSyncsWithNothingQueued(t *testing.T) {
 		t.Fatal("the periodic sync did not fail")
 	}
 	ahead.Store(int64(3 * time.Hour)) // the timeout is 2 × the sync period (1 h)
-	if !p.Healthy() {
+	if !p.health.Status().Healthy {
 		t.Error("failing syncs with nothing queued made the node unhealthy (upstream stays healthy)")
 	}
 	if !p.LoopAlive() {
@@ -604,13 +604,13 @@ func TestProxyFailingSyncsWithNothingQueued(t *testing.T) {
 	// A change that waits longer than the timeout: unhealthy, as upstream; the loop still turns.
 	p.Tracker().OnService(nil, webService())
 	ahead.Store(int64(6 * time.Hour))
-	if p.Healthy() {
+	if p.health.Status().Healthy {
 		t.Error("a change queued for 3 h without reaching the kernel left the node healthy")
 	}
 	if !p.LoopAlive() {
 		t.Error("failing syncs with a change queued stopped the watchdog")
 	}
 	p.v4.setFail(nil)
-	eventually(t, "the node to be healthy once the kernel takes the rules", p.Healthy)
+	eventually(t, "the node to be healthy once the kernel takes the rules", func() bool { return p.health.Status().Healthy })
 	eventually(t, "the failures to be cleared", func() bool { n, _, err := p.SyncFailures(); return n == 0 && err == nil })
 }

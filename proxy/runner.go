@@ -102,13 +102,6 @@ func (r *Runner) RunningFor() time.Duration {
 	return r.now().Sub(r.runningSince)
 }
 
-// Failures returns the number of consecutive failed runs.
-func (r *Runner) Failures() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failures
-}
-
 // FailureState returns the number of consecutive failed runs, when the first of them ended and the last
 // one's error (0, zero time and nil after a success).
 func (r *Runner) FailureState() (n int, since time.Time, last error) {

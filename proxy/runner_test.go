@@ -312,8 +312,8 @@ func TestRunnerRetryAfterFailureIsFull(t *testing.T) {
 	if !rec.full(2) {
 		t.Errorf("retry after a failure was partial")
 	}
-	if f := r.Failures(); f != 1 {
-		t.Errorf("Failures() during the retry = %d, want 1", f)
+	if f, _, _ := r.FailureState(); f != 1 {
+		t.Errorf("FailureState() during the retry = %d, want 1", f)
 	}
 	if d := r.RunningFor(); d < 0 {
 		t.Errorf("RunningFor() = %v during a run", d)
@@ -322,8 +322,8 @@ func TestRunnerRetryAfterFailureIsFull(t *testing.T) {
 	if err := syncNow(t, r, false); err != nil {
 		t.Fatal(err)
 	}
-	if f := r.Failures(); f != 0 {
-		t.Errorf("Failures() after success = %d, want 0", f)
+	if f, _, _ := r.FailureState(); f != 0 {
+		t.Errorf("FailureState() after success = %d, want 0", f)
 	}
 	if d := r.RunningFor(); d != 0 {
 		t.Errorf("RunningFor() when idle = %v, want 0", d)

@@ -197,7 +197,7 @@ func TestReloadDuringASync(t *testing.T) {
 	if b.s.Config() != cur {
 		t.Error("the refused configuration is in force")
 	}
-	if failures := b.s.Proxy.runner.Failures(); failures != 0 {
+	if failures := func() int { n, _, _ := b.s.Proxy.runner.FailureState(); return n }(); failures != 0 {
 		t.Errorf("the refusal counted as %d failed syncs", failures)
 	}
 }

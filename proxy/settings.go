@@ -18,8 +18,6 @@ import (
 type Settings struct {
 	// Family is the IP family these settings are for.
 	Family v1.IPFamily
-	// Mode is the proxy mode they were derived for.
-	Mode config.ProxyMode
 	// MasqueradeAll masquerades all traffic to cluster IPs (nftables.masqueradeAll in mode nftables,
 	// iptables.masqueradeAll otherwise, as upstream).
 	MasqueradeAll bool
@@ -47,7 +45,6 @@ func SettingsFor(c *config.KubeProxyConfiguration, family v1.IPFamily) (Settings
 	}
 	s := Settings{
 		Family:            family,
-		Mode:              c.Mode,
 		MasqueradeAll:     all,
 		MasqueradeBit:     bit,
 		NodePortAddresses: ParseNodePortAddresses(c.EffectiveNodePortAddresses(), family),

@@ -344,7 +344,7 @@ func TestServiceModelConvergence(t *testing.T) {
 			t.Errorf("kubeproxy_network_programming_duration_seconds{ip_family=%q} has no samples", family)
 		}
 	}
-	if !e.p.Healthy() {
+	if !e.p.Health().Status().Healthy {
 		t.Errorf("the proxy does not report itself healthy at the end")
 	}
 }
