@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -183,5 +184,54 @@ func TestUDPEndpointReplaced(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestUDPFlowBeforeService: a client that starts sending from one socket before the Service can take its
+// datagrams (the Service does not exist yet, or has no endpoints yet) and keeps sending every 100 ms is
+// answered within a sync of the Service's listener opening. Its first datagrams made the kernel track the
+// flow without a redirect; unless that entry is deleted, every later datagram follows it and never reaches
+// the listener, for as long as the client keeps sending. Before the fix the first shape was never answered;
+// the second was (a datagram the capture rules reject leaves no tracked flow) and guards that path.
+func TestUDPFlowBeforeService(t *testing.T) {
+	for i, tc := range []struct {
+		name   string
+		before bool // the Service exists, without endpoints, before the client sends
+	}{
+		{"service-created-later", false},
+		{"endpoints-added-later", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBed(t, 1)
+			clusterIP := fmt.Sprintf("10.96.250.%d", 53+i) // fixed, so the client can send before it exists
+			create := func() {
+				b.CreateService(t, "late-dns", func(s *corev1.Service) {
+					s.Spec.ClusterIP = clusterIP
+					s.Spec.Ports = []corev1.ServicePort{{Name: "udp", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(harness.PodUDPPort)}}
+				})
+			}
+			if tc.before {
+				create()
+			}
+			b.start("")
+			p := startUDPPinger(t, b.Topo.Client, harness.HostPort(clusterIP, 53), 100*time.Millisecond)
+			time.Sleep(time.Second) // the flow is tracked, unanswered
+			if !tc.before {
+				create()
+			}
+			b.SetEndpoints(t, "late-dns", harness.ReadyEndpoint(1))
+			written := time.Now()
+			var at time.Time
+			harness.Eventually(t, "pod1 to answer the client's socket", 10*time.Second, func() (bool, string) {
+				var ok bool
+				at, ok = p.firstFrom("pod1", written)
+				return ok, "no answer since the endpoints were written"
+			})
+			took := at.Sub(written)
+			t.Logf("pod1 answered the client's socket %v after the EndpointSlice write", took.Round(time.Millisecond))
+			if took > udpMoveBound {
+				t.Errorf("answered %v after the endpoints were written, want within %v", took.Round(time.Millisecond), udpMoveBound)
+			}
+		})
 	}
 }

@@ -124,8 +124,10 @@ func (d *Dataplane) Apply(ctx context.Context, snap *proxy.Snapshot, full bool) 
 }
 
 // cleanFlows deletes UDP conntrack entries still pointing at listener ports that changed (after a restart
-// above all, when every port is new), so that a client's next datagram reaches the current listener
-// instead of a closed port.
+// above all, when every port is new), and those that a client's first datagrams created before the
+// listener of their destination opened (no redirect then), so that its next datagram reaches the current
+// listener instead of a closed port or nothing, as the kernel modes clear a Service's UDP entries when it
+// gains endpoints.
 func (d *Dataplane) cleanFlows(snap *proxy.Snapshot, ports map[engine.Key]uint16) {
 	udp := map[engine.Key]uint16{}
 	for k, p := range ports {
@@ -137,8 +139,10 @@ func (d *Dataplane) cleanFlows(snap *proxy.Snapshot, ports map[engine.Key]uint16
 		d.udpPorts = udp
 		return
 	}
+	before := d.udpPorts
 	d.udpPorts = udp
-	if err := d.cleaner.Clean(Destinations(snap, ports)); err != nil {
+	opened := func(k engine.Key) bool { _, had := before[k]; return !had }
+	if err := d.cleaner.Clean(Destinations(snap, ports, opened)); err != nil {
 		klog.ErrorS(err, "Could not delete stale UDP conntrack entries of the userspace proxy", "ipFamily", d.family)
 	}
 }

@@ -212,6 +212,7 @@ func TestStale(t *testing.T) {
 	dsts := []Destination{
 		{Addr: netip.MustParseAddr("10.96.0.53"), Port: 53, Ports: []uint16{40000}},
 		{Port: 30053, Ports: []uint16{40000}},
+		{Addr: netip.MustParseAddr("10.96.0.55"), Port: 53, Ports: []uint16{40001}, Opened: true},
 	}
 	ap := netip.MustParseAddrPort
 	for _, tt := range []struct {
@@ -222,7 +223,10 @@ func TestStale(t *testing.T) {
 		{"10.96.0.53:53", "192.168.1.10:39999", true},  // an old listener's port
 		{"10.96.0.54:53", "192.168.1.10:39999", false}, // not ours
 		{"192.168.1.10:30053", "192.168.1.10:39999", true},
-		{"10.96.0.53:53", "10.96.0.53:53", false}, // not redirected
+		{"10.96.0.53:53", "10.96.0.53:53", false}, // not redirected, but its listener is not new
+		{"10.96.0.55:53", "10.96.0.55:53", true},  // not redirected: it began before the new listener
+		{"10.96.0.55:53", "192.168.1.10:40001", false},
+		{"10.96.0.56:53", "10.96.0.56:53", false}, // not ours
 	} {
 		if got := Stale(dsts, ap(tt.orig), ap(tt.reply)); got != tt.stale {
 			t.Errorf("Stale(%s, %s) = %v, want %v", tt.orig, tt.reply, got, tt.stale)
